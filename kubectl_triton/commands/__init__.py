@@ -1,0 +1,1 @@
+"""One module per `kubectl triton` sub-command; each exposes `command`."""
