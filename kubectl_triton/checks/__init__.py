@@ -1,0 +1,1 @@
+"""Checks: pure functions from parsed objects to Finding lists."""
