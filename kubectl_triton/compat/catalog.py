@@ -1,0 +1,96 @@
+"""The GPU catalog (data/gpus.yaml): look GPUs up by key, GFD product label or nvidia-smi name."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import cache
+
+from .data import load
+
+
+@dataclass(frozen=True)
+class GPU:
+    """One GPU type of the catalog."""
+
+    key: str
+    gfd_products: tuple[str, ...]
+    smi_names: tuple[str, ...]
+    compute_capability: str
+    memory_mib: int
+    family: str
+
+    @property
+    def label(self) -> str:
+        """The canonical GFD product label."""
+        return self.gfd_products[0]
+
+
+def cc_tuple(cc: str | None) -> tuple[int, int] | None:
+    """ "8.9" -> (8, 9); None or malformed -> None."""
+    if cc is None:
+        return None
+    m = re.fullmatch(r"\s*(\d+)\.(\d+)\s*", str(cc))
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+@cache
+def gpus() -> dict[str, GPU]:
+    """Every catalog entry by key."""
+    out = {}
+    for key, entry in load("gpus.yaml")["gpus"].items():
+        out[key] = GPU(key=key, gfd_products=tuple(entry["gfd_products"]),
+                       smi_names=tuple(entry["smi_names"]),
+                       compute_capability=str(entry["compute_capability"]),
+                       memory_mib=int(entry["memory_mib"]), family=str(entry["family"]))
+    return out
+
+
+def _norm(text: str) -> str:
+    return re.sub(r"[\s_-]+", "-", text.strip()).lower()
+
+
+def strip_gfd_suffix(label: str) -> tuple[str, int | None]:
+    """A GFD product label without the -SHARED / -MIG-<profile> suffix, and a MIG slice's memory
+    in MiB when the suffix names one (e.g. -MIG-1g.10gb -> 10240)."""
+    mig_mib = None
+    for suffix in load("gpus.yaml").get("gfd_suffixes", []):
+        at = label.find(suffix)
+        if at > 0:
+            if suffix == "-MIG-":
+                m = re.search(r"\.(\d+)gb", label[at:], re.IGNORECASE)
+                mig_mib = int(m.group(1)) * 1024 if m else None
+            label = label[:at]
+    return label, mig_mib
+
+
+def by_gfd_label(label: str) -> GPU | None:
+    """The catalog entry whose GFD product label is `label` (suffixes and case ignored)."""
+    base, _ = strip_gfd_suffix(label.strip())
+    want = _norm(base)
+    for gpu in gpus().values():
+        if any(_norm(p) == want for p in gpu.gfd_products):
+            return gpu
+    return None
+
+
+def by_smi_name(name: str) -> GPU | None:
+    """The catalog entry for an nvidia-smi device name (GFD's label is that name with dashes)."""
+    want = _norm(name)
+    for gpu in gpus().values():
+        if any(_norm(n) == want for n in gpu.smi_names + gpu.gfd_products):
+            return gpu
+    return None
+
+
+def resolve(key_or_label: str) -> GPU | None:
+    """A GPU named by catalog key, GFD product label or nvidia-smi name."""
+    text = key_or_label.strip()
+    if text.lower() in gpus():
+        return gpus()[text.lower()]
+    return by_gfd_label(text) or by_smi_name(text)
+
+
+def gfd_label_for(smi_name: str) -> str:
+    """What GFD makes of an nvidia-smi device name: spaces become dashes."""
+    return re.sub(r"\s+", "-", smi_name.strip())
