@@ -307,18 +307,41 @@ def failed_models(server: TritonServer) -> dict[str, str]:
     return out
 
 
+_NOISE = ("failed to load all models", "CudaDriverHelper", "Failed to initialize NVML")
+
+
+def error_messages(log: str) -> list[str]:
+    """The messages of every error line (`E…] "message"`) in a tritonserver log, in order."""
+    import re
+
+    pat = re.compile(r'^E\d{4} [\d:.]+\s+\d+ [^\]]+\] "?(.*?)"?$')
+    out = []
+    for line in log.splitlines():
+        m = pat.match(line.strip())
+        if m and not any(noise in m.group(1) for noise in _NOISE):
+            out.append(m.group(1))
+    return out
+
+
 def log_error_for(log: str, model: str) -> str | None:
-    """Triton's own load-failure message for `model` from the server log, if any."""
+    """Triton's own load-failure message for `model` from the server log, if any: a
+    `failed to load 'M'` or `Poll failed for model directory 'M'` line, else the first error line
+    that names the model as a whole word (ensemble validation errors name it that way)."""
     import re
 
     name = re.escape(model)
-    patterns = (re.compile(r"failed to load '" + name + r"'(?: version \d+)?: (.*?)\"?$"),
-                re.compile(r"Poll failed for model directory '" + name + r"': (.*?)\"?$"))
-    for line in log.splitlines():
-        for pat in patterns:
-            m = pat.search(line)
+    direct = (re.compile(r"failed to load '" + name + r"'(?: version \d+)?: (.*)$"),
+              re.compile(r"Poll failed for model directory '" + name + r"': (.*)$"))
+    messages = error_messages(log)
+    for msg in messages:
+        for pat in direct:
+            m = pat.search(msg)
             if m:
                 return m.group(1).strip()
+    word = re.compile(r"(?<![\w.-])" + name + r"(?![\w.-])")
+    for msg in messages:
+        if word.search(msg) and not msg.startswith(("failed to load '", "Poll failed for model")):
+            return msg.strip()
     return None
 
 
