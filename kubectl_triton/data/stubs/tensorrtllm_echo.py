@@ -13,10 +13,10 @@ import triton_python_backend_utils as pb_utils
 
 
 def _np_dtype(data_type):
-    name = data_type[len("TYPE_"):] if data_type.startswith("TYPE_") else data_type
-    if name == "STRING":
+    name = data_type if data_type.startswith("TYPE_") else "TYPE_" + data_type
+    if name == "TYPE_STRING":
         return np.object_
-    if name == "BF16":
+    if name == "TYPE_BF16":  # numpy has no bfloat16: only the shape matters for a stand-in
         return np.float32
     return pb_utils.triton_string_to_numpy(name)
 
