@@ -1,0 +1,297 @@
+"""Repository-level compatibility: every TensorRT-LLM model's recorded engines against the GPU
+overlays that deploy it. Rendering is the only I/O besides reading models/; the rest is pure."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import InputError, RenderError
+from ..findings import Finding
+from .catalog import GPU, by_gfd_label, gpus, resolve, strip_gfd_suffix
+from .engine import CONFIG, EngineInfo, read_engine_dir
+from .rules import WARNING, Reason, Result, Target, evaluate, make_result, target_reasons
+
+PRODUCT_LABEL = "nvidia.com/gpu.product"
+GPU_RESOURCE = "nvidia.com/gpu"
+INSTANCE_LABEL = "app.kubernetes.io/instance"
+SERVER_CONTAINER = "tritonserver"
+ENGINE_MODEL = "tensorrt_llm"
+
+
+@dataclass(frozen=True)
+class Placement:
+    """What a rendered Deployment tells about where and how its pods run."""
+
+    model: str
+    deployment: str
+    overlay: str                       # overlay path relative to the repo root
+    labels: frozenset[str] | None      # admitted GFD product labels; None = any node
+    image: str | None
+    gpus_per_pod: int | None
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """A model folder: metadata, recorded engines and its tensorrt_llm config.pbtxt values."""
+
+    name: str
+    backend: str | None
+    meta: dict[str, Any]
+    engines: dict[str, EngineInfo]     # GPU key -> recorded engine metadata
+    config_path: str | None
+    max_batch_size: int | None
+    parameters: dict[str, str]
+
+
+# ---- pure: rendered objects -> placements ------------------------------------------------------
+
+def admitted_labels(pod_spec: dict[str, Any]) -> frozenset[str] | None:
+    """GFD product labels a pod spec's nodeSelector and required node affinity admit (None = any)."""
+    selector = (pod_spec.get("nodeSelector") or {}).get(PRODUCT_LABEL)
+    chosen: set[str] | None = {str(selector)} if selector is not None else None
+    required = (((pod_spec.get("affinity") or {}).get("nodeAffinity") or {})
+                .get("requiredDuringSchedulingIgnoredDuringExecution") or {})
+    terms = required.get("nodeSelectorTerms") or []
+    if terms:
+        union: set[str] | None = set()
+        for term in terms:
+            term_set: set[str] | None = None
+            for expr in term.get("matchExpressions") or []:
+                if expr.get("key") != PRODUCT_LABEL:
+                    continue
+                if expr.get("operator") == "In":
+                    values = {str(v) for v in expr.get("values") or []}
+                    term_set = values if term_set is None else term_set & values
+            if term_set is None:
+                union = None
+                break
+            union |= term_set
+        if union is not None:
+            chosen = union if chosen is None else chosen & union
+    return frozenset(chosen) if chosen is not None else None
+
+
+def _gpu_count(container: dict[str, Any]) -> int | None:
+    res = container.get("resources") or {}
+    for part in ("limits", "requests"):
+        value = (res.get(part) or {}).get(GPU_RESOURCE)
+        if value is not None:
+            try:
+                return int(str(value))
+            except ValueError:
+                return None
+    return None
+
+
+def placements(docs: Iterable[Any], overlay: str) -> list[Placement]:
+    """Placements of the Deployments (labelled with a model instance) among rendered objects."""
+    out = []
+    for doc in docs:
+        if not isinstance(doc, dict) or doc.get("kind") != "Deployment":
+            continue
+        meta = doc.get("metadata") or {}
+        template = ((doc.get("spec") or {}).get("template") or {})
+        labels = {**(meta.get("labels") or {}), **((template.get("metadata") or {}).get("labels") or {})}
+        model = labels.get(INSTANCE_LABEL)
+        if not model:
+            continue
+        pod = template.get("spec") or {}
+        containers = pod.get("containers") or []
+        server = next((c for c in containers if c.get("name") == SERVER_CONTAINER), None)
+        counts = [n for c in ([server] if server else containers) if (n := _gpu_count(c)) is not None]
+        out.append(Placement(model=str(model), deployment=str(meta.get("name", "")), overlay=overlay,
+                             labels=admitted_labels(pod), image=(server or {}).get("image"),
+                             gpus_per_pod=sum(counts) if counts else None))
+    return out
+
+
+def target_for(placement: Placement, model: ModelInfo) -> Target:
+    """A rules Target from a placement and the model's config/metadata."""
+    found: dict[str, GPU] = {}
+    unknown: list[str] = []
+    mig_mib = None
+    for label in sorted(placement.labels or ()):
+        gpu = by_gfd_label(label)
+        if gpu is None:
+            unknown.append(label)
+        else:
+            found.setdefault(gpu.key, gpu)
+            mig_mib = strip_gfd_suffix(label)[1] or mig_mib
+    order = list(gpus())
+    chosen = tuple(sorted(found.values(), key=lambda g: order.index(g.key)))
+    name = chosen[0].key if len(chosen) == 1 and not unknown else Path(placement.overlay).name
+    return Target(name=name, gpus=chosen, unknown_labels=tuple(unknown),
+                  unselected=placement.labels is None, image=placement.image,
+                  gpus_per_pod=placement.gpus_per_pod, **_model_limits(model), memory_mib=mig_mib)
+
+
+def _number(text: Any, kind: type) -> Any:
+    try:
+        return kind(str(text).strip())
+    except (TypeError, ValueError):
+        return None  # unset template values like "${max_tokens_in_paged_kv_cache}"
+
+
+def _model_limits(model: ModelInfo) -> dict[str, Any]:
+    engine = model.meta.get("engine") or {}
+    params = model.parameters
+    return {
+        "triton_max_batch_size": model.max_batch_size,
+        "max_input_len": _number(engine.get("max_input_len"), int),
+        "max_seq_len": _number(engine.get("max_seq_len"), int),
+        "kv_cache_free_gpu_mem_fraction": _number(params.get("kv_cache_free_gpu_mem_fraction"), float),
+        "max_tokens_in_paged_kv_cache": _number(params.get("max_tokens_in_paged_kv_cache"), int),
+    }
+
+
+def engine_for(model: ModelInfo, target: Target) -> tuple[str | None, EngineInfo | None]:
+    """The recorded engine a target would load: engines/<its GPU key>, or the model's only one."""
+    if len(target.gpus) == 1 and target.gpus[0].key in model.engines:
+        key = target.gpus[0].key
+        return key, model.engines[key]
+    if target.name in model.engines:
+        return target.name, model.engines[target.name]
+    if len(model.engines) == 1:
+        return next(iter(model.engines.items()))
+    return None, None
+
+
+def pair_result(model: ModelInfo, target: Target, overlay: str | None) -> Result:
+    """One (model, target) verdict, or EngineNotRecorded when no engine metadata applies."""
+    _, engine = engine_for(model, target)
+    if engine is None:
+        reason = Reason("EngineNotRecorded", WARNING,
+                        f"no engine metadata under models/{model.name}/engines/ for {target.name}; "
+                        f"run `kubectl triton record-engine {model.name} --from DIR`")
+        return make_result(model.name, target.name, [*target_reasons(target), reason], overlay=overlay)
+    result = evaluate(engine, target, model=model.name)
+    result.overlay = overlay
+    return result
+
+
+
+# ---- I/O adapters ------------------------------------------------------------------------------
+
+def _parameters(cfg: dict[str, Any]) -> dict[str, str]:
+    return {k: str((v or {}).get("string_value", "")) for k, v in (cfg.get("parameters") or {}).items()}
+
+
+def load_model(root: Path, directory: Path) -> ModelInfo:
+    """Read models/<name>/: model.yaml, engines/<gpu>/ metadata, the tensorrt_llm config.pbtxt."""
+    from .. import pbtxt
+    from ..yamlio import load_all
+
+    meta: dict[str, Any] = {}
+    if (directory / "model.yaml").is_file():
+        docs = load_all(directory / "model.yaml")
+        meta = docs[0] if docs and isinstance(docs[0], dict) else {}
+    engines = {}
+    engines_dir = directory / "engines"
+    if engines_dir.is_dir():
+        for sub in sorted(p for p in engines_dir.iterdir() if (p / CONFIG).is_file()):
+            engines[sub.name] = read_engine_dir(sub)
+    config_path, max_batch, params = None, None, {}
+    candidates = [directory / ENGINE_MODEL / "config.pbtxt",
+                  *sorted(p for p in directory.glob("*/config.pbtxt") if p.parent.name != ENGINE_MODEL)]
+    for path in candidates:
+        if not path.is_file():
+            continue
+        try:
+            cfg = pbtxt.to_dict(pbtxt.load(path))
+        except InputError:
+            continue  # validate reports unparsable configs; compat only skips them
+        if cfg.get("backend") == "tensorrtllm":
+            config_path = str(path.relative_to(root))
+            max_batch = int(cfg.get("max_batch_size", 0)) or None
+            params = _parameters(cfg)
+            break
+    return ModelInfo(name=str(meta.get("name") or directory.name), backend=meta.get("backend"),
+                     meta=meta, engines=engines, config_path=config_path, max_batch_size=max_batch,
+                     parameters=params)
+
+
+def load_models(root: Path) -> dict[str, ModelInfo]:
+    """TensorRT-LLM models of the repo (backend tensorrtllm, or with recorded engines), by name."""
+    out = {}
+    top = root / "models"
+    if not top.is_dir():
+        return out
+    for directory in sorted(p for p in top.iterdir() if p.is_dir()):
+        info = load_model(root, directory)
+        if info.engines or info.backend == "tensorrtllm" or info.config_path:
+            out[info.name] = info
+    return out
+
+
+def render_placements(root: Path, rendered: Iterable[Any] | None = None
+                      ) -> tuple[list[Placement], list[RenderError]]:
+    """Placements from every overlay (rendered now with kustomize unless `rendered` is given)."""
+    from .. import kustomize, repo
+    from ..yamlio import loads_all
+
+    results = list(rendered) if rendered is not None else kustomize.build_many(repo.overlays(root))
+    found, failures = [], []
+    for r in results:
+        if isinstance(r, RenderError):
+            failures.append(r)
+            continue
+        rel = repo.relative(root, r.path)
+        found.extend(placements(loads_all(r.yaml, rel), rel))
+    return found, failures
+
+
+def matrix(root: Path, *, model: str | None = None, gpu: str | None = None,
+           rendered: Iterable[Any] | None = None) -> tuple[list[Result], list[RenderError]]:
+    """Every (TensorRT-LLM model x GPU overlay) verdict; with `gpu`, also a hypothetical one for
+    models that have no overlay on it (GPU count = tp x pp, image from model.yaml)."""
+    models = load_models(root)
+    if model is not None and model not in models:
+        raise InputError(f"{model}: no TensorRT-LLM model of that name under {root / 'models'}")
+    want_gpu = resolve(gpu) if gpu else None
+    if gpu and want_gpu is None:
+        raise InputError(f"{gpu}: not a GPU catalog key, GFD product label or nvidia-smi name",
+                         hint="known keys: " + ", ".join(gpus()))
+    found, failures = render_placements(root, rendered)
+    results = []
+    covered: set[str] = set()
+    for p in found:
+        info = models.get(p.model)
+        if info is None or (model and p.model != model):
+            continue
+        target = target_for(p, info)
+        if want_gpu and want_gpu.key not in {g.key for g in target.gpus}:
+            continue
+        covered.add(p.model)
+        results.append(pair_result(info, target, p.overlay))
+    if want_gpu:
+        for name, info in models.items():
+            if name in covered or (model and name != model):
+                continue
+            _, engine = engine_for(info, Target(name=want_gpu.key, gpus=(want_gpu,)))
+            target = Target(name=want_gpu.key, gpus=(want_gpu,), image=info.meta.get("image"),
+                            gpus_per_pod=engine.world_size if engine else None, **_model_limits(info))
+            results.append(pair_result(info, target, None))
+    results.sort(key=lambda r: (r.model or "", list(gpus()).index(r.gpu) if r.gpu in gpus() else 99, r.gpu))
+    return results, failures
+
+
+def to_findings(results: Iterable[Result]) -> list[Finding]:
+    """Results as validate findings: every reason of every pair, on the overlay that deploys it."""
+    out = []
+    for r in results:
+        for reason in r.reasons:
+            out.append(Finding(severity=reason.severity, code=reason.code,
+                               message=f"on {r.gpu}: {reason.message}",
+                               path=r.overlay or f"models/{r.model}", model=r.model))
+    return out
+
+
+def check_repo(root: Path, rendered: Iterable[Any] | None = None) -> list[Finding]:
+    """validate's entry point: compatibility findings for the whole repo. Pass `rendered` (the
+    results of kustomize.build_many over repo.overlays(root)) to avoid rendering twice; render
+    failures are left to validate."""
+    results, _ = matrix(root, rendered=rendered)
+    return to_findings(results)
