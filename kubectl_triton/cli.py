@@ -70,7 +70,7 @@ def cli(ctx: click.Context, kubeconfig: str | None, kube_context: str | None,
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry: run the group and translate the error set into exit codes."""
     try:
-        cli.main(args=argv, prog_name="kubectl triton", standalone_mode=False)
+        code = cli.main(args=argv, prog_name="kubectl triton", standalone_mode=False)
     except TritonCtlError as err:
         click.echo(f"error: {err.message}", err=True)
         if err.hint:
@@ -87,5 +87,5 @@ def main(argv: list[str] | None = None) -> None:
     except BrokenPipeError:
         sys.stderr.close()
         sys.exit(0)
-    sys.exit(0)
+    sys.exit(code if isinstance(code, int) else 0)
 

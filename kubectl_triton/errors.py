@@ -29,9 +29,13 @@ class ToolMissing(TritonCtlError):
 
 
 class RenderError(TritonCtlError):
-    """kustomize refused to build an overlay."""
+    """kustomize refused to build an overlay; `detail` is kustomize's own reason."""
 
     exit_code = EXIT_FINDINGS
+
+    def __init__(self, path: object, detail: str) -> None:
+        super().__init__(f"{path}: kustomize build failed: {detail}")
+        self.path, self.detail = path, detail
 
 
 class ClusterError(TritonCtlError):

@@ -40,7 +40,7 @@ def build(path: Path, command: Sequence[str] | None = None) -> Rendered:
     cmd = [*(command or kustomize_command()), *FLUX_FLAGS, str(path)]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
-        raise RenderError(f"{path}: kustomize build failed: {_first_error_line(proc.stderr)}")
+        raise RenderError(path, _first_error_line(proc.stderr))
     return Rendered(path, proc.stdout)
 
 

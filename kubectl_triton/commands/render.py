@@ -22,7 +22,7 @@ def command(overlays: tuple[Path, ...], render_all: bool, repo_dir: Path | None)
     root = repo.find_root(repo_dir)
     targets = [*repo.overlays(root), *repo.clusters(root)] if render_all else []
     for o in overlays:
-        path = o if o.is_absolute() or o.exists() else root / o
+        path = o if o.is_absolute() or not (root / o).exists() else root / o
         if not path.is_dir() or repo.kustomization_file(path) is None:
             raise InputError(f"{o}: not a kustomization folder (no kustomization.yaml)")
         targets.append(path)
@@ -35,6 +35,6 @@ def command(overlays: tuple[Path, ...], render_all: bool, repo_dir: Path | None)
         click.echo(result.yaml.rstrip("\n"))
         click.echo("---")
     for err in failures:
-        click.echo(f"error: {err.message}", err=True)
+        click.echo(f"error: {repo.relative(root, err.path)}: kustomize build failed: {err.detail}", err=True)
     if failures:
         raise click.exceptions.Exit(1)

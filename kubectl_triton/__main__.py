@@ -1,0 +1,5 @@
+"""`python -m kubectl_triton` runs the plugin."""
+
+from .cli import main
+
+main()

@@ -1,0 +1,114 @@
+"""Schema validation of rendered objects: kubernetes-validate's strict schemas for built-in kinds, the
+bundled strict JSON Schemas (datreeio/CRDs-catalog, MIT) for Flux, Prometheus Operator, KEDA and Gateway API."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from typing import Any
+
+DEFAULT_KUBERNETES_VERSION = "1.32"
+
+
+@dataclass(frozen=True)
+class SchemaIssue:
+    """One schema violation (or a missing schema) of one object."""
+
+    object: str
+    message: str
+    missing_schema: bool = False
+
+
+def object_id(obj: dict) -> str:
+    """`Kind/namespace/name` (namespace omitted when unset), as messages name objects."""
+    meta = obj.get("metadata") or {}
+    ns = meta.get("namespace")
+    return "/".join(p for p in (str(obj.get("kind", "?")), ns, str(meta.get("name", "?"))) if p)
+
+
+def _crd_file(api_version: str, kind: str) -> str | None:
+    group, _, version = api_version.rpartition("/")
+    if not group or "." not in group:
+        return None
+    return f"{group}/{kind.lower()}_{version}.json"
+
+
+@cache
+def _crd_validator(rel: str) -> Any:
+    import jsonschema
+
+    ref = resources.files("kubectl_triton").joinpath("data", "crds", *rel.split("/"))
+    if not ref.is_file():
+        return None
+    schema = json.loads(ref.read_text(encoding="utf-8"))
+    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft7Validator)
+    return cls(schema)
+
+
+@cache
+def _builtin_validator(version: str, kind: str, api_version: str) -> Any:
+    import jsonschema
+    import kubernetes_validate.utils as kv
+    from referencing import Registry, Resource
+
+    versions = [v for v in kv.all_versions() if kv.major_minor(v) <= kv.major_minor(version)]
+    if not versions:
+        raise ValueError(f"Kubernetes {version} is older than any bundled schema")
+    schema_dir = f"v{versions[-1]}-local-strict"
+    group_version = re.sub(r"^([^./]*)(?:\.[^/]*)?/", r"\1-", api_version)
+    try:
+        schema = kv.schema_contents(f"kubernetes-json-schema/{schema_dir}/{kind.lower()}-{group_version}.json",
+                                    version)
+    except FileNotFoundError:
+        return None
+    definitions = _definitions(schema_dir, version)
+    registry = Resource.from_contents(schema) @ Registry()
+    registry = definitions @ registry
+    return jsonschema.validators.Draft202012Validator(schema, registry=registry)
+
+
+@cache
+def _definitions(schema_dir: str, version: str) -> Any:
+    import kubernetes_validate.utils as kv
+    from referencing import Resource
+
+    return Resource.from_contents(kv.schema_contents(f"kubernetes-json-schema/{schema_dir}/_definitions.json",
+                                                     version))
+
+
+def supported_version(version: str) -> bool:
+    import kubernetes_validate.utils as kv
+
+    try:
+        return kv.major_minor(kv.all_versions()[0]) <= kv.major_minor(version) <= kv.latest_version()
+    except (ValueError, IndexError, TypeError):
+        return False
+
+
+def validate_object(obj: Any, kubernetes_version: str = DEFAULT_KUBERNETES_VERSION) -> list[SchemaIssue]:
+    """Every schema violation of one rendered object; unknown kinds give one `missing_schema` issue."""
+    if not isinstance(obj, dict) or not obj.get("apiVersion") or not obj.get("kind"):
+        return [SchemaIssue(object_id(obj) if isinstance(obj, dict) else "?", "not a Kubernetes object "
+                            "(apiVersion and kind are required)")]
+    oid = object_id(obj)
+    api_version, kind = str(obj["apiVersion"]), str(obj["kind"])
+    rel = _crd_file(api_version, kind)
+    validator = _crd_validator(rel) if rel else None
+    if validator is None:
+        validator = _builtin_validator(kubernetes_version, kind, api_version)
+    if validator is None:
+        return [SchemaIssue(oid, f"no schema for {kind} ({api_version}): not a built-in kind of Kubernetes "
+                            f"{kubernetes_version} and not a bundled custom resource", missing_schema=True)]
+    issues = []
+    for err in sorted(validator.iter_errors(obj), key=lambda e: list(e.absolute_path)):
+        where = ".".join(str(p) for p in err.absolute_path) or "(root)"
+        issues.append(SchemaIssue(oid, f"{where}: {_short(err.message)}"))
+    return issues
+
+
+def _short(message: str, limit: int = 300) -> str:
+    message = " ".join(message.split())
+    return message if len(message) <= limit else message[: limit - 3] + "..."

@@ -1,0 +1,66 @@
+"""Shared fixtures: the repository, ../shared, rendered overlays, and running the CLI in-process."""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from kubectl_triton import kustomize, repo, yamlio
+from kubectl_triton.cli import main
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared"
+
+
+@dataclass
+class CliResult:
+    exit_code: int
+    stdout: str
+    stderr: str
+
+
+@pytest.fixture
+def run_cli(capsys):
+    """Run `kubectl triton ARGS` in-process through the real entry point (exit-code translation included)."""
+
+    def run(*args: str) -> CliResult:
+        capsys.readouterr()
+        try:
+            main(list(args))
+            code = 0
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        out = capsys.readouterr()
+        return CliResult(code, out.out, out.err)
+
+    return run
+
+
+@pytest.fixture(scope="session")
+def shared_dir() -> Path:
+    if not SHARED.is_dir():
+        pytest.skip("../shared (conformance data, CRD schemas) is not beside this checkout")
+    return SHARED
+
+
+@pytest.fixture(scope="session")
+def rendered() -> dict[str, list[dict]]:
+    """Every overlay and cluster folder of this repository, rendered once: relative path -> objects."""
+    targets = [*repo.overlays(REPO), *repo.clusters(REPO)]
+    out = {}
+    for result in kustomize.build_many(targets):
+        assert not isinstance(result, Exception), result
+        out[repo.relative(REPO, result.path)] = yamlio.loads_all(result.yaml, str(result.path))
+    return out
+
+
+@pytest.fixture
+def repo_copy(tmp_path: Path) -> Path:
+    """A scratch copy of the example repository's GitOps folders."""
+    dest = tmp_path / "repo"
+    for part in ("base", "overlays", "models", "clusters"):
+        shutil.copytree(REPO / part, dest / part)
+    return dest
