@@ -374,7 +374,6 @@ def check_io(config: Any) -> Iterator[Issue]:
     name, mbs = config.name, config.max_batch_size
     trt = config.platform == table()["tensorrt_platform"]
     for kind, tensors in (("input", config.input), ("output", config.output)):
-        seen: set[str] = set()
         for io in tensors:
             obj = f"{kind} '{io.name}'"
             needle = f'"{io.name}"' if io.name else kind
@@ -398,10 +397,6 @@ def check_io(config: Any) -> Iterator[Issue]:
             if problem is not None:
                 yield Issue("triton.io", f"model {kind} {problem} for {name}", obj, needle)
                 continue
-            if io.name in seen:
-                yield Issue("triton.io", f"model {kind} '{io.name}' is declared more than once for {name}",
-                            obj, needle)
-            seen.add(io.name)
     yield from check_batch_io(config)
 
 
@@ -530,8 +525,9 @@ def check_versions(config: Any, folder: ModelFolder) -> Iterator[Issue]:
 # --------------------------------------------------------------------------- entry point
 
 
-def check_model(config: Any, folder: ModelFolder) -> list[Issue]:
-    """All single-model rules for one parsed config.pbtxt (after Triton's autofill)."""
+def check_model(config: Any, folder: ModelFolder, *, ensembles: tuple[str, ...] = ()) -> list[Issue]:
+    """All single-model rules for one parsed config.pbtxt (after Triton's autofill); `ensembles`
+    names the ensembles of the repository that use this model (for hints)."""
     filled, issues = autofill(config, folder)
     for rule in (check_name_and_platform, check_versions):
         issues.extend(rule(filled, folder))
@@ -545,5 +541,5 @@ def check_model(config: Any, folder: ModelFolder) -> list[Issue]:
     if filled.backend == "tensorrtllm":
         from .tensorrtllm import check_tensorrtllm
 
-        issues.extend(check_tensorrtllm(filled))
+        issues.extend(check_tensorrtllm(filled, ensembles))
     return issues
