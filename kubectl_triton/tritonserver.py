@@ -350,7 +350,7 @@ def last_error_line(log: str) -> str:
     lines = [ln.strip() for ln in log.splitlines() if ln.strip()]
     for ln in reversed(lines):
         if ln.startswith("E") and "]" in ln:
-            return ln.split("]", 1)[1].strip()
+            return ln.split("]", 1)[1].strip().strip('"')
         if ln.startswith("error:"):
             return ln
     return lines[-1] if lines else "no output"
