@@ -145,6 +145,7 @@ class _Tensor:
     prev: list[_Tensor] = field(default_factory=list)
     next: list[_Tensor] = field(default_factory=list)
     sibling: _Tensor | None = None
+    producer: str = ""  # "step N (model M)" that writes this tensor
 
 
 def _tensor(model: str, batching: bool, data_type: int, dims: Any) -> _Tensor:
@@ -173,7 +174,8 @@ def _consistency(lhs: _Tensor, rhs: _Tensor, prefix: str) -> str | None:
     return None
 
 
-def _map_step(ensemble: str, index: int, step: Any, model: Any, tensors: dict[str, _Tensor]) -> Iterator[Issue]:
+def _map_step(ensemble: str, index: int, step: Any, model: Any,
+              tensors: dict[str, _Tensor]) -> Iterator[Issue]:
     """ValidateTensorMapping for one step whose model config is known."""
     step_name = step.model_name
     obj = _step_obj(index)
@@ -188,13 +190,14 @@ def _map_step(ensemble: str, index: int, step: Any, model: Any, tensors: dict[st
         tensor = step.input_map.get(io.name)
         if tensor is None:
             if not io.optional:
-                yield Issue("triton.ensemble", f"in ensemble {ensemble}, input {io.name} in model {step_name} "
-                            "is not mapped to any ensemble tensors", obj, f'"{step_name}"')
+                yield Issue("triton.ensemble", f"in ensemble {ensemble}, input {io.name} in model "
+                            f"{step_name} is not mapped to any ensemble tensors", obj, f'"{step_name}"')
                 return
             continue
         node = _tensor(step_name, batching, io.data_type, io.dims)
         if tensor in tensors:
-            problem = _consistency(tensors[tensor], node, f"in ensemble {ensemble}, ensemble tensor {tensor}: ")
+            prefix = f"in ensemble {ensemble}, ensemble tensor {tensor}: "
+            problem = _consistency(tensors[tensor], node, prefix)
             if problem:
                 yield Issue("triton.ensemble", problem, obj, f'"{tensor}"')
                 return
@@ -211,7 +214,8 @@ def _map_step(ensemble: str, index: int, step: Any, model: Any, tensors: dict[st
         io = outputs[key]
         node = _tensor(step_name, batching, io.data_type, io.dims)
         if tensor in tensors:
-            problem = _consistency(tensors[tensor], node, f"in ensemble {ensemble}, ensemble tensor {tensor}: ")
+            prefix = f"in ensemble {ensemble}, ensemble tensor {tensor}: "
+            problem = _consistency(tensors[tensor], node, prefix)
             if problem:
                 yield Issue("triton.ensemble", problem, obj, f'"{tensor}"')
                 return
@@ -220,10 +224,11 @@ def _map_step(ensemble: str, index: int, step: Any, model: Any, tensors: dict[st
         tensors[tensor].sibling = sibling
 
 
-def _link_step(step: Any, decoupled: bool, tensors: dict[str, _Tensor]) -> None:
+def _link_step(index: int, step: Any, decoupled: bool, tensors: dict[str, _Tensor]) -> None:
     for tensor in step.output_map.values():
         node = tensors[tensor]
         node.decoupled = decoupled
+        node.producer = f"step {index} (model {step.model_name})"
         for source in step.input_map.values():
             prev = tensors[source]
             node.prev.append(prev)
@@ -246,8 +251,9 @@ def _decoupled_branching(ensemble: str, config: Any, tensors: dict[str, _Tensor]
                 continue
             first = nxt.prev[0].label
             if any(p.label != first for p in nxt.prev):
-                return (f"in ensemble {ensemble}, step of model '{nxt.model}' receives inputs originated from "
-                        "different decoupled models"), label != 0
+                where = f": {nxt.producer}" if nxt.producer and nxt.model != nxt.producer else ""
+                return (f"in ensemble {ensemble}, step of model '{nxt.model}' receives inputs originated "
+                        f"from different decoupled models{where}"), label != 0
             if nxt.sibling is not None:
                 if nxt.sibling.visited:
                     nxt.label = nxt.sibling.label
@@ -282,7 +288,8 @@ class _Repo:
             return False
         result = config.model_transaction_policy.decoupled
         if is_ensemble(config):
-            result = any(self.is_decoupled(s.model_name, (*stack, name)) for s in config.ensemble_scheduling.step)
+            steps = config.ensemble_scheduling.step
+            result = any(self.is_decoupled(s.model_name, (*stack, name)) for s in steps)
         self.decoupled[name] = result
         return result
 
@@ -316,7 +323,8 @@ def check_ensemble(name: str, config: Any, repo: _Repo) -> Iterator[Issue]:
                       and s.model_name not in repo.known})
     if missing:
         yield Issue("triton.ensemble-model",
-                    f"ensemble {name} contains models that are not available or ambiguous: {', '.join(missing)}",
+                    f"ensemble {name} contains models that are not available or ambiguous: "
+                    + ", ".join(missing),
                     "ensemble_scheduling", f'"{missing[0]}"')
         return
     cycle = _cycle(repo, name)
@@ -360,7 +368,7 @@ def check_ensemble(name: str, config: Any, repo: _Repo) -> Iterator[Issue]:
         if problems:
             yield from problems
             return
-        _link_step(step, repo.is_decoupled(step.model_name), tensors)
+        _link_step(index, step, repo.is_decoupled(step.model_name), tensors)
     if not complete:
         return
     problem, _ = _decoupled_branching(name, config, tensors)
@@ -393,7 +401,7 @@ def _streaming_without_decoupled(name: str, config: Any, repo: _Repo) -> Iterato
         fed = [key for key in step.input_map if key in streaming_inputs()]
         if fed:
             yield Issue("tensorrtllm.decoupled",
-                        f"ensemble {name} passes '{step.input_map[fed[0]]}' to input '{fed[0]}' of tensorrtllm "
-                        f"model {step.model_name}, which is not decoupled: streaming requests will fail; set "
-                        "model_transaction_policy { decoupled: true } in that model",
+                        f"ensemble {name} passes '{step.input_map[fed[0]]}' to input '{fed[0]}' of "
+                        f"tensorrtllm model {step.model_name}, which is not decoupled: streaming requests "
+                        "will fail; set model_transaction_policy { decoupled: true } in that model",
                         _step_obj(index), f'"{fed[0]}"', WARNING)

@@ -416,12 +416,13 @@ def check_batch_io(config: Any) -> Iterator[Issue]:
                         f"{len(bi.source_input)} for {name}", obj, needle)
             continue
         if s.DataType.Name(bi.data_type) not in allowed_types:
-            yield Issue("triton.batch-io", f"batch input data type must be TYPE_INT32 or TYPE_FP32 for {name}",
-                        obj, needle)
+            yield Issue("triton.batch-io",
+                        f"batch input data type must be TYPE_INT32 or TYPE_FP32 for {name}", obj, needle)
             continue
         for src in bi.source_input:
             if src not in inputs:
-                yield Issue("triton.batch-io", f"unknown source input name '{src}' for {name}", obj, f'"{src}"')
+                yield Issue("triton.batch-io", f"unknown source input name '{src}' for {name}", obj,
+                            f'"{src}"')
     for bo in config.batch_output:
         kind = s.BatchOutput.Kind.Name(bo.kind)
         obj = f"batch_output {list(bo.target_name)}"
@@ -462,7 +463,6 @@ def check_instance_groups(config: Any) -> Iterator[Issue]:
     for index, group in enumerate(config.instance_group):
         gname = group.name or f"{name}_{index}"
         obj = f"instance_group '{gname}'"
-        needle = f'"{group.name}"' if group.name else "instance_group"
         if group.count < 0:
             yield Issue("triton.instance-group", f"instance group {gname} of model {name} has a negative "
                         f"count {group.count}", obj, "count")

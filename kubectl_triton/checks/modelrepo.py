@@ -127,9 +127,10 @@ def check_repository(repo_dir: Path, *, display_root: Path | None = None,
     for m in models:
         if m.error is not None:
             err = m.error
-            where = f"{_rel(model_file := m.file, root)}:{err.line}" + (f":{err.column}" if err.column else "")
+            rel = _rel(m.file, root)
+            where = f"{rel}:{err.line}" + (f":{err.column}" if err.column else "")
             findings.append(Finding(severity=ERROR, code="triton.pbtxt", message=f"{where}: {err.problem}",
-                                    path=_rel(model_file, root), line=err.line, model=m.name))
+                                    path=rel, line=err.line, model=m.name))
             broken.add(m.name)
             continue
         issues = check_model(m.config, m.folder, ensembles=tuple(sorted(set(users.get(m.name, ())))))
