@@ -85,6 +85,17 @@ def test_platform_only_and_custom_backend_are_accepted(tmp_path: Path) -> None:
     assert check_repository(repo) == []
 
 
+def test_backend_is_inferred_from_version_files_as_triton_does(tmp_path: Path) -> None:
+    text = model("m", platform="")
+    (f,) = check_repository(write_repo(tmp_path / "none", {"m": text}))
+    assert f.severity == WARNING and "'platform' or 'backend'" in f.message
+    (f,) = check_repository(write_repo(tmp_path / "empty", {"m": text}, {"m": [1]}))
+    assert f.severity == ERROR and "Could not determine backend for model 'm'" in f.message
+    repo = write_repo(tmp_path / "onnx", {"m": text}, {"m": [1]})
+    (repo / "m" / "1" / "model.onnx").write_bytes(b"")
+    assert check_repository(repo) == []
+
+
 def test_folder_name_must_equal_model_name(tmp_path: Path) -> None:
     findings = check_repository(write_repo(tmp_path, {"folder": model("other")}))
     assert [f.code for f in findings] == ["triton.model-name"]

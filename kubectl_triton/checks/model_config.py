@@ -14,7 +14,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from ..findings import ERROR
+from ..findings import ERROR, WARNING
 
 WILDCARD = -1
 
@@ -98,8 +98,9 @@ def autofill(config: Any, folder: ModelFolder) -> tuple[Any, list[Issue]]:
         else:
             issues.append(Issue(
                 "triton.platform",
-                f"must specify 'platform' or 'backend' for '{filled.name}' (no version folder to "
-                "infer it from)", "backend"))
+                f"must specify 'platform' or 'backend' for '{filled.name}': without them Triton guesses "
+                "the backend from the model files of the first version folder, and there is none here",
+                "backend", None, WARNING))
     return filled, issues
 
 
