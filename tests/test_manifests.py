@@ -80,7 +80,8 @@ def test_serving_overlay_follows_the_guides(rendered, overlay):
     assert any(t["key"] == "nvidia.com/gpu" for t in pod["tolerations"])
     # The model's config.pbtxt files arrive through a hash-suffixed generated ConfigMap.
     config_volume = next(v for v in pod["volumes"] if v["name"] == "model-config")
-    cm = next(d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == config_volume["configMap"]["name"])
+    cm_name = config_volume["configMap"]["name"]
+    cm = next(d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == cm_name)
     assert re.fullmatch(rf"{model}-model-config-[a-z0-9]{{10}}", cm["metadata"]["name"])
     assert any(key.endswith("config.pbtxt") for key in cm["data"])
 
@@ -99,7 +100,8 @@ def test_serving_overlay_follows_the_guides(rendered, overlay):
     assert sm["spec"]["selector"]["matchLabels"]["app.kubernetes.io/instance"] == model
     netpol = _by_kind(docs, "NetworkPolicy")
     assert netpol["spec"]["podSelector"]["matchLabels"]["app.kubernetes.io/instance"] == model
-    assert _by_kind(docs, "PodDisruptionBudget")["spec"]["selector"]["matchLabels"]["app.kubernetes.io/instance"] == model
+    pdb = _by_kind(docs, "PodDisruptionBudget")
+    assert pdb["spec"]["selector"]["matchLabels"]["app.kubernetes.io/instance"] == model
 
 
 def _seconds(duration: str) -> int:
