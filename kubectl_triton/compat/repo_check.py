@@ -42,8 +42,7 @@ class ModelInfo:
     meta: dict[str, Any]
     engines: dict[str, EngineInfo]     # GPU key -> recorded engine metadata
     config_path: str | None
-    max_batch_size: int | None
-    parameters: dict[str, str]
+    limits: dict[str, Any]             # config_limits() of the tensorrt_llm config.pbtxt
 
 
 # ---- pure: rendered objects -> placements ------------------------------------------------------
@@ -135,15 +134,22 @@ def _number(text: Any, kind: type) -> Any:
         return None  # unset template values like "${max_tokens_in_paged_kv_cache}"
 
 
-def _model_limits(model: ModelInfo) -> dict[str, Any]:
-    engine = model.meta.get("engine") or {}
-    params = model.parameters
+def config_limits(cfg: dict[str, Any]) -> dict[str, Any]:
+    """Target fields from a tensorrt_llm config.pbtxt (as pbtxt.to_dict returns it)."""
+    params = parameters(cfg)
     return {
-        "triton_max_batch_size": model.max_batch_size,
-        "max_input_len": _number(engine.get("max_input_len"), int),
-        "max_seq_len": _number(engine.get("max_seq_len"), int),
+        "triton_max_batch_size": int(cfg.get("max_batch_size", 0)) or None,
         "kv_cache_free_gpu_mem_fraction": _number(params.get("kv_cache_free_gpu_mem_fraction"), float),
         "max_tokens_in_paged_kv_cache": _number(params.get("max_tokens_in_paged_kv_cache"), int),
+    }
+
+
+def _model_limits(model: ModelInfo) -> dict[str, Any]:
+    engine = model.meta.get("engine") or {}
+    return {
+        **model.limits,
+        "max_input_len": _number(engine.get("max_input_len"), int),
+        "max_seq_len": _number(engine.get("max_seq_len"), int),
     }
 
 
@@ -175,7 +181,8 @@ def pair_result(model: ModelInfo, target: Target, overlay: str | None) -> Result
 
 # ---- I/O adapters ------------------------------------------------------------------------------
 
-def _parameters(cfg: dict[str, Any]) -> dict[str, str]:
+def parameters(cfg: dict[str, Any]) -> dict[str, str]:
+    """A config.pbtxt's parameters map as plain strings."""
     return {k: str((v or {}).get("string_value", "")) for k, v in (cfg.get("parameters") or {}).items()}
 
 
@@ -193,7 +200,7 @@ def load_model(root: Path, directory: Path) -> ModelInfo:
     if engines_dir.is_dir():
         for sub in sorted(p for p in engines_dir.iterdir() if (p / CONFIG).is_file()):
             engines[sub.name] = read_engine_dir(sub)
-    config_path, max_batch, params = None, None, {}
+    config_path, limits = None, {}
     candidates = [directory / ENGINE_MODEL / "config.pbtxt",
                   *sorted(p for p in directory.glob("*/config.pbtxt") if p.parent.name != ENGINE_MODEL)]
     for path in candidates:
@@ -205,12 +212,10 @@ def load_model(root: Path, directory: Path) -> ModelInfo:
             continue  # validate reports unparsable configs; compat only skips them
         if cfg.get("backend") == "tensorrtllm":
             config_path = str(path.relative_to(root))
-            max_batch = int(cfg.get("max_batch_size", 0)) or None
-            params = _parameters(cfg)
+            limits = config_limits(cfg)
             break
     return ModelInfo(name=str(meta.get("name") or directory.name), backend=meta.get("backend"),
-                     meta=meta, engines=engines, config_path=config_path, max_batch_size=max_batch,
-                     parameters=params)
+                     meta=meta, engines=engines, config_path=config_path, limits=limits)
 
 
 def load_models(root: Path) -> dict[str, ModelInfo]:

@@ -1,0 +1,150 @@
+"""`kubectl triton compat`: engine-to-GPU compatibility, as a models x GPU types matrix or for one
+engine directory against one GPU type."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from ..errors import InputError
+
+MARKS = {True: "✓", False: "✗", None: "?"}
+ASCII_MARKS = {True: "ok", False: "x", None: "?"}
+
+
+def _marks() -> dict:
+    enc = (getattr(sys.stdout, "encoding", None) or "").lower()
+    return MARKS if "utf" in enc else ASCII_MARKS
+
+
+def table(rows: list[list[str]]) -> str:
+    """kubectl-style table: upper-case header, columns padded by three spaces."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("   ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows)
+
+
+def cell(result, marks: dict) -> str:
+    mark = marks[result.compatible]
+    first = result.first_reason
+    return f"{mark} {first.code}" if first else mark
+
+
+def format_matrix(results: list) -> str:
+    """Models as rows, GPU types as columns, each cell ✓/✗/? and its first reason's code; then
+    the first reason of every cell that has one."""
+    from ..compat.catalog import gpus
+
+    if not results:
+        return "No TensorRT-LLM model with GPU overlays found."
+    order = list(gpus())
+    columns = sorted({r.gpu for r in results}, key=lambda g: (order.index(g) if g in order else 99, g))
+    models = sorted({r.model or "-" for r in results})
+    marks = _marks()
+    by_pair: dict[tuple[str, str], list] = {}
+    for r in results:
+        by_pair.setdefault((r.model or "-", r.gpu), []).append(r)
+    rows = [["MODEL", *[c.upper() for c in columns]]]
+    for m in models:
+        row = [m]
+        for c in columns:
+            found = by_pair.get((m, c), [])
+            row.append(", ".join(cell(r, marks) for r in found) if found else "-")
+        rows.append(row)
+    notes = [f"{r.model or '-'} on {r.gpu}" + (f" ({r.overlay})" if r.overlay else "")
+             + f": {r.first_reason.severity} [{r.first_reason.code}] {r.first_reason.message}"
+             for r in results if r.first_reason]
+    return table(rows) + ("\n\n" + "\n".join(notes) if notes else "")
+
+
+def format_single(result, engine_dir: Path) -> str:
+    verdict = {True: "compatible", False: "incompatible", None: "unknown"}[result.compatible]
+    head = f"{engine_dir} on {result.gpu}: {_marks()[result.compatible]} {verdict}"
+    if not result.reasons:
+        return head
+    rows = [["SEVERITY", "CODE", "MESSAGE"]] + [[r.severity, r.code, r.message] for r in result.reasons]
+    return head + "\n\n" + table(rows)
+
+
+def to_json(results: list) -> str:
+    return json.dumps({"results": [r.as_dict() for r in results]}, indent=2, ensure_ascii=False)
+
+
+def single_result(engine_dir: Path, gpu: str, image: str | None, gpus_per_pod: int | None,
+                  config: Path | None, model: str | None):
+    """One engine directory against one GPU type (key, GFD product label or nvidia-smi name)."""
+    from ..compat.catalog import resolve
+    from ..compat.engine import read_engine_dir
+    from ..compat.rules import Target, evaluate
+
+    engine = read_engine_dir(engine_dir)
+    found = resolve(gpu)
+    limits: dict = {}
+    if config is not None:
+        from .. import pbtxt
+        from ..compat.repo_check import config_limits
+
+        limits = config_limits(pbtxt.to_dict(pbtxt.load(config)))
+    target = Target(name=found.key if found else gpu, gpus=(found,) if found else (),
+                    unknown_labels=() if found else (gpu,), image=image,
+                    gpus_per_pod=gpus_per_pod if gpus_per_pod is not None else engine.world_size, **limits)
+    return evaluate(engine, target, model=model)
+
+
+def _failed(results: list) -> bool:
+    return any(r.compatible is False or any(x.severity == "error" for x in r.reasons) for r in results)
+
+
+@click.command("compat")
+@click.argument("repo_dir", required=False, type=click.Path(path_type=Path))
+@click.option("--model", help="Only this model (repo mode); the model name to report (--engine-dir).")
+@click.option("--gpu", help="GPU type: catalog key (h100-80gb), GFD product label or nvidia-smi name.")
+@click.option("--engine-dir", type=click.Path(path_type=Path),
+              help="Check one engine directory (config.json, rank*.engine, build-info.json).")
+@click.option("--image", help="Serving image for --engine-dir (without it, no version check).")
+@click.option("--gpus-per-pod", type=click.IntRange(min=0),
+              help="nvidia.com/gpu per pod for --engine-dir (default: the engine's tp x pp).")
+@click.option("--config", "config_path", type=click.Path(path_type=Path),
+              help="The tensorrt_llm model's config.pbtxt, for --engine-dir.")
+@click.option("-o", "--output", type=click.Choice(["text", "json"]), default=None, help="Output format.")
+@click.pass_context
+def command(ctx: click.Context, repo_dir: Path | None, model: str | None, gpu: str | None,
+            engine_dir: Path | None, image: str | None, gpus_per_pod: int | None,
+            config_path: Path | None, output: str | None) -> None:
+    """Explain engine-to-GPU compatibility verdicts.
+
+    Without --engine-dir: every TensorRT-LLM model with engine metadata in REPO_DIR (default: the
+    nearest parent holding overlays/) against every GPU overlay that deploys it, as a matrix of
+    ✓ (compatible), ✗ (incompatible) and ? (unknown) with the first reason. With --engine-dir and
+    --gpu: one engine against one GPU type. Exits 0 when all pairs are compatible, 1 when any is
+    not (or a target GPU is unknown), 2 on bad input.
+    """
+    output = output or ((ctx.obj or {}).get("output") if (ctx.obj or {}).get("output") in ("text", "json")
+                        else None) or "text"
+    if engine_dir is not None:
+        if repo_dir is not None:
+            raise click.UsageError("REPO_DIR and --engine-dir are exclusive")
+        if not gpu:
+            raise click.UsageError("--engine-dir needs --gpu")
+        result = single_result(engine_dir, gpu, image, gpus_per_pod, config_path, model)
+        click.echo(to_json([result]) if output == "json" else format_single(result, engine_dir))
+        if _failed([result]):
+            raise click.exceptions.Exit(1)
+        return
+    for name, value in (("--image", image), ("--gpus-per-pod", gpus_per_pod), ("--config", config_path)):
+        if value is not None:
+            raise click.UsageError(f"{name} only applies with --engine-dir")
+    from .. import repo
+    from ..compat.repo_check import matrix
+
+    if repo_dir is not None and not repo_dir.is_dir():
+        raise InputError(f"{repo_dir}: not a directory")
+    root = repo.find_root(repo_dir)
+    results, failures = matrix(root, model=model, gpu=gpu)
+    click.echo(to_json(results) if output == "json" else format_matrix(results))
+    for err in failures:
+        click.echo(f"error: {err.message}", err=True)
+    if failures or _failed(results):
+        raise click.exceptions.Exit(1)
