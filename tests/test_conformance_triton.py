@@ -217,3 +217,67 @@ def test_host_dependent_cases_are_the_gpu_ids_only(results: tuple[list[Case], fl
     assert by_name["noautofill_platform/invalid_gpu[onnxruntime_onnx]"].verdict is False
     assert by_name["noautofill_platform/negative_gpu[onnxruntime_onnx]"].agrees
     assert by_name["noautofill_platform/invalid_cpu[onnxruntime_onnx]"].agrees
+
+
+REAL_WORLD = SHARED / "conformance" / "real-world"
+
+
+def test_real_world_repositories_have_only_true_errors() -> None:
+    """Real repositories load; the one true error (an ensemble step naming a model that is not in the
+    folder) is reported with Triton's message, on the ensemble's config, relative to display_root."""
+    if not REAL_WORLD.is_dir():
+        pytest.skip("../shared/conformance/real-world is not available")
+    from kubectl_triton.checks.triton import check_repository_with_triton
+    from kubectl_triton.errors import ToolMissing
+
+    repos = sorted(p for p in REAL_WORLD.iterdir() if p.is_dir())
+    try:
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            found = list(pool.map(lambda r: check_repository_with_triton(r, display_root=REAL_WORLD), repos))
+    except ToolMissing as err:
+        pytest.skip(err.message)
+    findings = [f for per_repo in found for f in per_repo]
+    assert len(repos) >= 5
+    assert [(f.severity, f.code, f.model, f.path) for f in findings] == [
+        ("error", "TritonLoadFailed", "ensemble_model",
+         "tutorials-HuggingFace-ensemblemodelrepository/ensemble_model/config.pbtxt")]
+    assert "not available or ambiguous: vit" in findings[0].message
+
+
+def test_unparsable_config_is_reported_by_triton(tmp_path: Path) -> None:
+    from kubectl_triton.checks.triton import check_repository_with_triton
+    from kubectl_triton.errors import ToolMissing
+
+    (tmp_path / "good").mkdir()
+    (tmp_path / "good" / "config.pbtxt").write_text(
+        'name: "good"\nbackend: "onnxruntime"\nmax_batch_size: 2\n'
+        'input [ { name: "x" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
+        'output [ { name: "y" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
+        'instance_group [ { kind: KIND_GPU count: 2 } ]\n')
+    (tmp_path / "typo").mkdir()
+    (tmp_path / "typo" / "config.pbtxt").write_text('name: "typo"\nmax_batch_sise: 4\n')
+    try:
+        findings = check_repository_with_triton(tmp_path)
+    except ToolMissing as err:
+        pytest.skip(err.message)
+    assert [(f.model, f.path) for f in findings] == [("typo", "typo/config.pbtxt")]
+    assert "failed to read text proto" in findings[0].message
+
+
+def test_empty_repository_needs_no_server(tmp_path: Path) -> None:
+    from kubectl_triton.checks.triton import check_repository_with_triton
+
+    assert check_repository_with_triton(tmp_path) == []
+
+
+def test_host_dependent_messages_are_not_user_errors(tmp_path: Path) -> None:
+    from kubectl_triton.checks.triton import findings_from_states
+
+    failures = {
+        "a": "instance group a_0 of model a specifies invalid or unsupported gpu id 3. GPUs with at least ...",
+        "b": "instance group b_0 of model b specifies invalid or unsupported gpu id -1. GPUs with at least ...",
+        "c": "instance group c_0 of model c has kind KIND_GPU but no GPUs are available",
+        "d": "'max_batch_size' must be non-negative value for d",
+    }
+    findings = findings_from_states(failures, tmp_path / "models", display_root=tmp_path)
+    assert [(f.model, f.path) for f in findings] == [("b", "models/b/config.pbtxt"), ("d", "models/d/config.pbtxt")]
