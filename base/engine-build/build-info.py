@@ -21,6 +21,9 @@ import tempfile
 from datetime import datetime, timezone
 
 MARKER = "KUBECTL_TRITON_BUILD_INFO "
+# Also logged, so `record-engine --from-job` can record the engine without reaching its volume.
+CONFIG_MARKER = "KUBECTL_TRITON_ENGINE_CONFIG "
+FILES_MARKER = "KUBECTL_TRITON_ENGINE_FILES "
 SMI_QUERY = ["--query-gpu=name,compute_cap,memory.total", "--format=csv,noheader"]
 DISTRIBUTIONS = {
     "tensorrt_llm_version": ("tensorrt_llm", "tensorrt-llm"),
@@ -103,6 +106,15 @@ def run_smi(executable: str) -> str:
     return proc.stdout
 
 
+def engine_files(engine_dir: str) -> dict:
+    """Sizes of the rank engine files (rank0.engine, or pre-0.8 <model>_<dtype>_tp<N>_rank0.engine)."""
+    out = {}
+    for name in sorted(os.listdir(engine_dir)):
+        if re.search(r"(?:^|_)rank\d+\.engine$", name) and os.path.isfile(os.path.join(engine_dir, name)):
+            out[name] = os.path.getsize(os.path.join(engine_dir, name))
+    return out
+
+
 def write_atomic(path: str, text: str) -> None:
     directory = os.path.dirname(path) or "."
     os.makedirs(directory, exist_ok=True)
@@ -136,6 +148,13 @@ def main(argv: list[str] | None = None) -> int:
     doc = build_info(gpu, versions, args.image, datetime.now(timezone.utc))
     write_atomic(os.path.join(args.engine_dir, "build-info.json"), json.dumps(doc, indent=2) + "\n")
     print(MARKER + json.dumps(doc, separators=(",", ":")), flush=True)
+    config = os.path.join(args.engine_dir, "config.json")
+    if os.path.isfile(config):
+        with open(config, encoding="utf-8") as fh:
+            print(CONFIG_MARKER + json.dumps(json.load(fh), separators=(",", ":")), flush=True)
+    files = engine_files(args.engine_dir)
+    if files:
+        print(FILES_MARKER + json.dumps(files, separators=(",", ":")), flush=True)
     return 0
 
 
