@@ -1,0 +1,10 @@
+"""Diagnosis of Triton rollouts: a Snapshot (API objects, logs, probes) in, ModelStatus out. Pure.
+
+`status.diagnose` holds the rules, `status.signatures` the log signatures (data/log_signatures.yaml),
+`status.reasons` the catalog of fixes, `status.output` the table and JSON.
+"""
+
+from .model import FAILED, HEALTHY, PROGRESSING, UNKNOWN, LogRequest, ModelProbe, ModelStatus, Probe, Reason, Snapshot
+
+__all__ = ["FAILED", "HEALTHY", "PROGRESSING", "UNKNOWN", "LogRequest", "ModelProbe", "ModelStatus", "Probe",
+           "Reason", "Snapshot"]

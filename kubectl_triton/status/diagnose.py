@@ -1,0 +1,464 @@
+"""Pure diagnosis: API objects in (a Snapshot), one ModelStatus per Triton model out.
+
+Nothing here does I/O. The collector asks `log_requests` which logs to read and `probe_targets` which pods
+to probe, puts what it got into the Snapshot, and calls `diagnose`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from datetime import datetime, timezone
+
+from . import signatures
+from .model import (
+    FAILED,
+    HEALTHY,
+    PROGRESSING,
+    SEV_FAILED,
+    SEV_PROGRESSING,
+    SEV_UNKNOWN,
+    SEV_WARNING,
+    UNKNOWN,
+    LogRequest,
+    ModelStatus,
+    Probe,
+    Reason,
+    Snapshot,
+)
+from .reasons import reason
+
+NAME_LABEL = "app.kubernetes.io/name"
+INSTANCE_LABEL = "app.kubernetes.io/instance"
+TRITON_NAME = "triton-inference-server"
+TRITON_CONTAINER = "tritonserver"
+TRITON_SELECTOR = f"{NAME_LABEL}={TRITON_NAME}"
+DEFAULT_HTTP_PORT = 8000
+UNSCHEDULABLE_GRACE_S = 60.0
+CRASHES_BEFORE_GIVING_UP = 3  # a crash loop without a known signature is terminal after this many restarts
+
+_IMAGE_PULL = {"ImagePullBackOff", "ErrImagePull", "InvalidImageName", "ErrImageNeverPull"}
+_IMAGE_PULL_HOPELESS = re.compile(r"not found|manifest unknown|unauthorized|denied|invalid reference", re.I)
+_CONFIG_ERRORS = {"CreateContainerConfigError", "CreateContainerError"}
+_CRASH_WAITING = {"CrashLoopBackOff", "RunContainerError", "Error"}
+_SELECTOR_MISMATCH = re.compile(r"didn't match (pod's )?node (affinity|selector)|untolerated taint|"
+                                r"didn't tolerate|node\(s\) had taint|didn't match pod affinity", re.I)
+_FLUX_PROGRESSING = {"Progressing", "ProgressingWithRetry", "DependencyNotReady"}
+_FLUX_RETRYING = {"HealthCheckFailed"}  # Flux retries; the pod-level reasons say why
+_HPA_METRIC_FAILURES = re.compile(r"FailedGet.*Metric|InvalidMetricSourceType|FailedComputeMetricsReplicas")
+
+
+# -- small accessors ------------------------------------------------------------------------------------
+
+def _meta(obj: dict) -> dict:
+    return obj.get("metadata") or {}
+
+
+def _ns_name(obj: dict) -> tuple[str, str]:
+    return _meta(obj).get("namespace", ""), _meta(obj).get("name", "")
+
+
+def _labels(obj: dict) -> dict:
+    return _meta(obj).get("labels") or {}
+
+
+def _condition(obj: dict, type_: str) -> dict | None:
+    return next((c for c in (obj.get("status") or {}).get("conditions") or [] if c.get("type") == type_), None)
+
+
+def parse_time(value: str | None) -> datetime | None:
+    if not value:
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def short_revision(rev: str | None) -> str | None:
+    """`main@sha1:4f2a9c1e…` -> `main@sha1:4f2a9c1`, as Flux's CLI shortens it."""
+    if not rev:
+        return rev
+    m = re.match(r"^(.*?[:@])([0-9a-f]{12,})$", rev)
+    return m.group(1) + m.group(2)[:7] if m else rev
+
+
+def model_name(deployment: dict) -> str:
+    return _labels(deployment).get(INSTANCE_LABEL) or _meta(deployment).get("name", "").removesuffix("-triton")
+
+
+def pods_of(deployment: dict, pods: Iterable[dict]) -> list[dict]:
+    """Pods the Deployment's selector matches in its namespace, skipping ones being deleted."""
+    ns = _meta(deployment).get("namespace")
+    selector = ((deployment.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
+    return sorted((p for p in pods if _meta(p).get("namespace") == ns and not _meta(p).get("deletionTimestamp")
+                   and selector and all(_labels(p).get(k) == v for k, v in selector.items())),
+                  key=lambda p: _meta(p).get("name", ""))
+
+
+def events_of(obj: dict, events: Iterable[dict]) -> list[dict]:
+    ns, name = _ns_name(obj)
+    kind = obj.get("kind")
+    return [e for e in events if (e.get("involvedObject") or {}).get("name") == name
+            and (e.get("involvedObject") or {}).get("kind") == kind
+            and (_meta(e).get("namespace") == ns or (e.get("involvedObject") or {}).get("namespace") == ns)]
+
+
+def hpa_of(deployment: dict, hpas: Iterable[dict]) -> dict | None:
+    ns, name = _ns_name(deployment)
+    return next((h for h in hpas if _meta(h).get("namespace") == ns
+                 and ((h.get("spec") or {}).get("scaleTargetRef") or {}).get("kind") == "Deployment"
+                 and ((h.get("spec") or {}).get("scaleTargetRef") or {}).get("name") == name), None)
+
+
+def kustomizations_of(deployment: dict, kustomizations: Iterable[dict]) -> list[dict]:
+    """Flux Kustomizations whose status.inventory holds the Deployment (id `ns_name_apps_Deployment`)."""
+    ns, name = _ns_name(deployment)
+    wanted = f"{ns}_{name}_apps_Deployment"
+    return [k for k in kustomizations
+            if any(e.get("id") == wanted for e in (((k.get("status") or {}).get("inventory") or {})
+                                                    .get("entries") or []))]
+
+
+def _container_statuses(pod: dict) -> list[tuple[dict, bool]]:
+    status = pod.get("status") or {}
+    return ([(c, True) for c in status.get("initContainerStatuses") or []]
+            + [(c, False) for c in status.get("containerStatuses") or []])
+
+
+def _spec_container(pod: dict, name: str) -> dict:
+    spec = pod.get("spec") or {}
+    return next((c for c in (spec.get("containers") or []) + (spec.get("initContainers") or [])
+                 if c.get("name") == name), {})
+
+
+def _http_port(pod: dict) -> int:
+    ports = _spec_container(pod, TRITON_CONTAINER).get("ports") or []
+    return next((p["containerPort"] for p in ports if p.get("name") == "http"), DEFAULT_HTTP_PORT)
+
+
+def expected_models(deployment_or_pod: dict) -> list[str]:
+    """Models Triton in this pod must serve: the instance label's, plus any --load-model=NAME."""
+    spec = (deployment_or_pod.get("spec") or {})
+    spec = (spec.get("template") or {}).get("spec") or spec
+    container = next((c for c in spec.get("containers") or [] if c.get("name") == TRITON_CONTAINER), {})
+    names = [_labels(deployment_or_pod).get(INSTANCE_LABEL)]
+    for arg in (container.get("command") or []) + (container.get("args") or []):
+        if arg.startswith("--load-model="):
+            names.append(arg.split("=", 1)[1])
+    return list(dict.fromkeys(n for n in names if n and n != "*"))
+
+
+# -- what the collector must fetch -----------------------------------------------------------------------
+
+def _unhealthy_count(pod: dict, events: list[dict]) -> int:
+    return sum(int(e.get("count") or 1) for e in events_of(pod, events) if e.get("reason") == "Unhealthy")
+
+
+def _log_request(pod: dict, cs: dict, events: list[dict]) -> LogRequest | None:
+    """The log to read for a failing container, or None when the container is not failing."""
+    if cs.get("ready"):
+        return None
+    ns, name = _ns_name(pod)
+    state, last = cs.get("state") or {}, cs.get("lastState") or {}
+    restarts = int(cs.get("restartCount") or 0)
+    terminated = state.get("terminated")
+    if terminated and terminated.get("reason") != "Completed":
+        return LogRequest(ns, name, cs["name"], False, (_meta(pod).get("uid"), cs["name"], restarts, "terminated"))
+    waiting = (state.get("waiting") or {}).get("reason")
+    if waiting in _CRASH_WAITING and last.get("terminated"):
+        return LogRequest(ns, name, cs["name"], True, (_meta(pod).get("uid"), cs["name"], restarts, "previous"))
+    if state.get("running"):
+        unhealthy = _unhealthy_count(pod, events)
+        if unhealthy:  # probes fail: Triton may have logged why (e.g. a model that failed to load)
+            return LogRequest(ns, name, cs["name"], False,
+                              (_meta(pod).get("uid"), cs["name"], restarts, "running", unhealthy))
+    return None
+
+
+def log_requests(snapshot: Snapshot) -> list[LogRequest]:
+    """One log read per failing container of a Triton pod."""
+    out = []
+    for dep in snapshot.deployments:
+        for pod in pods_of(dep, snapshot.pods):
+            for cs, _ in _container_statuses(pod):
+                req = _log_request(pod, cs, snapshot.events)
+                if req:
+                    out.append(req)
+    return out
+
+
+def probe_targets(snapshot: Snapshot) -> list[tuple[str, str, int, list[str]]]:
+    """(namespace, pod, http port, models) of every pod whose tritonserver container is running."""
+    out = []
+    for dep in snapshot.deployments:
+        models = expected_models(dep)
+        for pod in pods_of(dep, snapshot.pods):
+            cs = next((c for c, init in _container_statuses(pod) if not init and c.get("name") == TRITON_CONTAINER),
+                      None)
+            if cs and (cs.get("state") or {}).get("running"):
+                out.append((*_ns_name(pod), _http_port(pod), models))
+    return out
+
+
+# -- diagnosis -------------------------------------------------------------------------------------------
+
+def diagnose(snapshot: Snapshot, models: Iterable[str] = (), *,
+             unschedulable_grace_s: float = UNSCHEDULABLE_GRACE_S) -> list[ModelStatus]:
+    """A verdict per Triton Deployment in the snapshot (only `models` when given; a named model without
+    a Deployment is Unknown)."""
+    now = snapshot.now or datetime.now(timezone.utc)
+    wanted = list(dict.fromkeys(models))
+    results = []
+    seen = set()
+    for dep in sorted(snapshot.deployments, key=lambda d: (_ns_name(d)[0], model_name(d))):
+        name = model_name(dep)
+        if wanted and name not in wanted:
+            continue
+        seen.add(name)
+        results.append(diagnose_model(dep, snapshot, now, unschedulable_grace_s))
+    for name in wanted:
+        if name not in seen:
+            results.append(ModelStatus(name, "", UNKNOWN, "-", None, [reason(
+                "DeploymentNotFound", f"no Triton Deployment for model {name!r} in scope", SEV_UNKNOWN)]))
+    return results
+
+
+def diagnose_model(dep: dict, snap: Snapshot, now: datetime, grace: float) -> ModelStatus:
+    ns, _ = _ns_name(dep)
+    spec, status = dep.get("spec") or {}, dep.get("status") or {}
+    replicas = int(spec.get("replicas", 1))
+    ready = f"{int(status.get('readyReplicas') or 0)}/{replicas}"
+    pods = pods_of(dep, snap.pods)
+    pod_reasons: list[Reason] = []
+    for pod in pods:
+        pod_reasons += _pod_reasons(pod, snap, now, grace)
+    if snap.probing:
+        for pod in pods:
+            probe = snap.probes.get(_ns_name(pod))
+            if probe is not None:
+                pod_reasons += _probe_reasons(pod, probe)
+    reasons = _dedupe(pod_reasons)
+    reasons += _deployment_reasons(dep, has_pod_reasons=any(r.severity != SEV_WARNING for r in reasons))
+    ks = kustomizations_of(dep, snap.kustomizations)
+    for k in ks:
+        reasons += _flux_reasons(k)
+    h = hpa_of(dep, snap.hpas)
+    if h:
+        reasons += _hpa_reasons(h)
+    reasons.sort(key=lambda r: r.rank)  # stable: within a rank, the most specific (logs) stay first
+    revision = next(((k.get("status") or {}).get("lastAppliedRevision") for k in ks), None)
+    return ModelStatus(model_name(dep), ns, phase_of(reasons), ready, revision, reasons)
+
+
+def phase_of(reasons: list[Reason]) -> str:
+    severities = {r.severity for r in reasons}
+    for sev, phase in ((SEV_FAILED, FAILED), (SEV_UNKNOWN, UNKNOWN), (SEV_PROGRESSING, PROGRESSING)):
+        if sev in severities:
+            return phase
+    return HEALTHY
+
+
+def _dedupe(reasons: list[Reason]) -> list[Reason]:
+    """One reason per code (the first, most severe), noting how many more pods showed it."""
+    by_code: dict[str, list[Reason]] = {}
+    for r in sorted(reasons, key=lambda r: r.rank):
+        by_code.setdefault(r.code, []).append(r)
+    out = []
+    for code in dict.fromkeys(r.code for r in reasons):
+        first, more = by_code[code][0], len(by_code[code]) - 1
+        if more:
+            first = Reason(first.code, f"{first.message} (and {more} more)", first.fix, first.severity,
+                           first.terminal)
+        out.append(first)
+    return out
+
+
+def _pod_reasons(pod: dict, snap: Snapshot, now: datetime, grace: float) -> list[Reason]:
+    _, name = _ns_name(pod)
+    events = events_of(pod, snap.events)
+    out = _scheduling_reasons(pod, events, now, grace)
+    for cs, init in _container_statuses(pod):
+        out += _container_reasons(pod, cs, init, events, snap)
+    return out
+
+
+def _scheduling_reasons(pod: dict, events: list[dict], now: datetime, grace: float) -> list[Reason]:
+    cond = _condition(pod, "PodScheduled")
+    if not cond or cond.get("status") != "False" or cond.get("reason") != "Unschedulable":
+        return []
+    _, name = _ns_name(pod)
+    message = cond.get("message") or next((e.get("message", "") for e in reversed(events)
+                                           if e.get("reason") == "FailedScheduling"), "")
+    since = parse_time(cond.get("lastTransitionTime"))
+    waited = (now - since).total_seconds() if since else 0.0
+    scaling_up = any(e.get("reason") == "TriggeredScaleUp" for e in events)
+    hopeless = waited >= grace and not scaling_up
+    sev = SEV_FAILED if hopeless else SEV_PROGRESSING
+    when = f"unschedulable for {int(waited)}s" + (" (cluster autoscaler is adding a node)" if scaling_up else "")
+    if "nvidia.com/gpu" in message and "Insufficient" in message:
+        code = "InsufficientGPU"
+    elif _SELECTOR_MISMATCH.search(message) and "Insufficient" not in message:
+        code = "NoMatchingNode"
+    else:
+        code = "Unschedulable"
+    return [reason(code, f"pod {name} {when}: {message.strip()}", sev, terminal=hopeless)]
+
+
+def _container_reasons(pod: dict, cs: dict, init: bool, events: list[dict], snap: Snapshot) -> list[Reason]:
+    _, pname = _ns_name(pod)
+    cname = cs.get("name", "")
+    where = f"{'init container' if init else 'container'} {cname} of pod {pname}"
+    state, last = cs.get("state") or {}, cs.get("lastState") or {}
+    waiting = state.get("waiting") or {}
+    wreason, wmsg = waiting.get("reason"), (waiting.get("message") or "").strip()
+    restarts = int(cs.get("restartCount") or 0)
+    out: list[Reason] = []
+
+    log_sigs: list[Reason] = []
+    req = _log_request(pod, cs, snap.events)
+    if req is not None and req.target in snap.logs:
+        log_sigs = signatures.match(snap.logs[req.target], container=cname, pod=pname)
+        log_sigs = [Reason(r.code, f"{where}: {r.message}", r.fix, r.severity, r.terminal) for r in log_sigs]
+    out += log_sigs
+
+    terminated = state.get("terminated") or {}
+    last_term = last.get("terminated") or {}
+    if "OOMKilled" in (terminated.get("reason"), last_term.get("reason")):
+        limit = ((_spec_container(pod, cname).get("resources") or {}).get("limits") or {}).get("memory")
+        out.append(reason("OOMKilled", f"{where} was killed for exceeding its memory limit"
+                          + (f" ({limit})" if limit else "") + f"; restarts: {restarts}", SEV_FAILED, terminal=True))
+    if wreason == "CrashLoopBackOff":
+        code = last_term.get("exitCode")
+        detail = f"restarts: {restarts}" + (f", last exit code {code}" if code is not None else "") + \
+                 (f" ({last_term.get('reason')})" if last_term.get("reason") else "")
+        terminal = bool(log_sigs) or restarts >= CRASHES_BEFORE_GIVING_UP or "OOMKilled" in detail
+        out.append(reason("CrashLoopBackOff", f"{where} keeps crashing ({detail})", SEV_FAILED, terminal=terminal))
+    elif wreason in _IMAGE_PULL:
+        image = cs.get("image") or _spec_container(pod, cname).get("image", "")
+        hopeless = wreason != "ErrImagePull" or bool(_IMAGE_PULL_HOPELESS.search(wmsg))
+        out.append(reason("ImagePullBackOff", f"{where} cannot pull image {image}: {wreason}"
+                          + (f": {wmsg}" if wmsg else ""), SEV_FAILED if hopeless else SEV_PROGRESSING,
+                          terminal=hopeless))
+    elif wreason in _CONFIG_ERRORS:
+        out.append(reason("CreateContainerConfigError", f"{where} cannot be created: {wmsg or wreason}",
+                          SEV_FAILED, terminal=True))
+    elif terminated and terminated.get("reason") != "Completed" and not log_sigs and "OOMKilled" not in str(terminated):
+        out.append(reason("CrashLoopBackOff", f"{where} exited with code {terminated.get('exitCode')} "
+                          f"({terminated.get('reason', 'Error')})", SEV_PROGRESSING))
+    if state.get("running") and not cs.get("started", cs.get("ready")) and not init:
+        out += _startup_reasons(pod, cs, events, where)
+    return out
+
+
+def _startup_reasons(pod: dict, cs: dict, events: list[dict], where: str) -> list[Reason]:
+    failures = [e for e in events if e.get("reason") == "Unhealthy"
+                and "startup probe" in (e.get("message") or "").lower()]
+    if not failures:
+        return []
+    killed = any(e.get("reason") == "Killing" and "startup probe" in (e.get("message") or "").lower()
+                 for e in events)
+    probe = _spec_container(pod, cs.get("name", "")).get("startupProbe") or {}
+    budget = ""
+    if probe:
+        budget = f" (budget {int(probe.get('failureThreshold', 3)) * int(probe.get('periodSeconds', 10))}s)"
+    count = sum(int(e.get("count") or 1) for e in failures)
+    last = (failures[-1].get("message") or "").strip()
+    verdict = "was restarted for failing it" if killed else "still failing"
+    return [reason("StartupProbeFailing", f"{where}: startup probe {verdict}{budget}, {count} failures: {last}",
+                   SEV_FAILED if killed else SEV_PROGRESSING, terminal=killed)]
+
+
+def _probe_reasons(pod: dict, probe: Probe) -> list[Reason]:
+    _, pname = _ns_name(pod)
+    pod_ready = (_condition(pod, "Ready") or {}).get("status") == "True"
+    if probe.error:
+        sev = SEV_UNKNOWN if pod_ready else SEV_PROGRESSING
+        what = "cannot be reached" if pod_ready else "is not answering yet"
+        return [reason("TritonNotReady", f"Triton in pod {pname} {what} through the API server proxy: "
+                       f"{probe.error}", sev)]
+    out = []
+    if probe.server_ready is False:
+        out.append(reason("TritonNotReady", f"Triton in pod {pname} answers /v2/health/ready with "
+                          f"{probe.detail or 'not ready'}", SEV_PROGRESSING))
+    for m in probe.models:
+        if not m.ready:
+            # Triton's HTTP endpoint starts after the initial load, so a model not ready now failed to load.
+            out.append(reason("ModelNotReady", f"model {m.name} in pod {pname} is not ready"
+                              + (f": Triton says {m.reason!r}" if m.reason else ""), SEV_FAILED, terminal=True))
+    return out
+
+
+def _deployment_reasons(dep: dict, *, has_pod_reasons: bool) -> list[Reason]:
+    """kstatus semantics for Deployments: InProgress until observed, updated, available and ready."""
+    _, name = _ns_name(dep)
+    spec, status = dep.get("spec") or {}, dep.get("status") or {}
+    progressing = _condition(dep, "Progressing") or {}
+    if progressing.get("status") == "False" and progressing.get("reason") == "ProgressDeadlineExceeded":
+        deadline = spec.get("progressDeadlineSeconds", 600)
+        return [reason("ProgressDeadlineExceeded", f"Deployment {name} made no progress for {deadline}s: "
+                       f"{progressing.get('message', '')}".rstrip(": "), SEV_FAILED, terminal=True)]
+    replicas = int(spec.get("replicas", 1))
+    generation = int(_meta(dep).get("generation") or 0)
+    observed = int(status.get("observedGeneration") or 0)
+    updated = int(status.get("updatedReplicas") or 0)
+    available = int(status.get("availableReplicas") or 0)
+    ready = int(status.get("readyReplicas") or 0)
+    total = int(status.get("replicas") or 0)
+    if observed < generation:
+        msg = f"Deployment {name} generation {generation} not yet observed by the controller (at {observed})"
+    elif updated < replicas:
+        msg = f"Deployment {name}: {updated} of {replicas} replicas updated"
+    elif total > updated:
+        msg = f"Deployment {name}: {total - updated} old replicas pending termination"
+    elif available < updated:
+        msg = f"Deployment {name}: {available} of {updated} updated replicas available"
+    elif ready < replicas:
+        msg = f"Deployment {name}: {ready} of {replicas} replicas ready"
+    else:
+        return []
+    if has_pod_reasons:
+        return []  # the pod-level reasons say why the rollout does not progress
+    return [reason("RolloutInProgress", msg, SEV_PROGRESSING)]
+
+
+def _flux_reasons(k: dict) -> list[Reason]:
+    ns, name = _ns_name(k)
+    ref = f"Kustomization {ns}/{name}"
+    spec, status = k.get("spec") or {}, k.get("status") or {}
+    out = []
+    if spec.get("suspend"):
+        out.append(reason("FluxSuspended", f"{ref} is suspended: merged changes are not applied", SEV_WARNING))
+    ready = _condition(k, "Ready")
+    if ready and ready.get("status") == "False":
+        rsn = ready.get("reason", "")
+        if rsn in _FLUX_PROGRESSING:
+            sev, terminal = SEV_PROGRESSING, False
+        else:
+            sev, terminal = SEV_FAILED, rsn not in _FLUX_RETRYING
+        out.append(reason("FluxNotReady", f"{ref} is not ready ({rsn}): {_first_line(ready.get('message'))}",
+                          sev, terminal=terminal))
+    elif ready and ready.get("status") == "Unknown":
+        out.append(reason("FluxNotReady", f"{ref} is reconciling ({ready.get('reason', '')}): "
+                          f"{_first_line(ready.get('message'))}", SEV_PROGRESSING))
+    applied, attempted = status.get("lastAppliedRevision"), status.get("lastAttemptedRevision")
+    if attempted and attempted != applied:
+        failed = bool(ready) and ready.get("status") == "False" and ready.get("reason") not in _FLUX_PROGRESSING
+        out.append(reason("FluxRevisionBehind", f"{ref} attempted {short_revision(attempted)} but the cluster "
+                          f"runs {short_revision(applied) or 'nothing applied yet'}",
+                          SEV_FAILED if failed else SEV_PROGRESSING))
+    return out
+
+
+def _hpa_reasons(h: dict) -> list[Reason]:
+    _, name = _ns_name(h)
+    for type_ in ("ScalingActive", "AbleToScale"):
+        cond = _condition(h, type_)
+        if cond and cond.get("status") == "False" and _HPA_METRIC_FAILURES.search(cond.get("reason", "")):
+            return [reason("HPAMetricUnavailable", f"HPA {name} cannot compute a replica count "
+                           f"({cond.get('reason')}): {_first_line(cond.get('message'))}", SEV_WARNING)]
+    return []
+
+
+def _first_line(text: str | None) -> str:
+    return (text or "").strip().splitlines()[0] if (text or "").strip() else ""

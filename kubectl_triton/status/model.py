@@ -1,0 +1,100 @@
+"""Values the diagnosis works with: what was read from the cluster, and what it concluded."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+HEALTHY, PROGRESSING, FAILED, UNKNOWN = "Healthy", "Progressing", "Failed", "Unknown"
+
+# How a reason weighs on the phase. `warning` leaves a Healthy model Healthy.
+SEV_FAILED, SEV_UNKNOWN, SEV_PROGRESSING, SEV_WARNING = "failed", "unknown", "progressing", "warning"
+_SEVERITY_RANK = {SEV_FAILED: 0, SEV_UNKNOWN: 1, SEV_PROGRESSING: 2, SEV_WARNING: 3}
+
+
+@dataclass(frozen=True)
+class Reason:
+    """One cause with its fix. `terminal`: waiting cannot cure it (`--wait` stops at once)."""
+
+    code: str
+    message: str
+    fix: str
+    severity: str = SEV_FAILED
+    terminal: bool = False
+
+    def as_dict(self) -> dict:
+        return {"code": self.code, "message": self.message, "fix": self.fix}
+
+    @property
+    def rank(self) -> tuple[int, int]:
+        return (_SEVERITY_RANK[self.severity], 0 if self.terminal else 1)
+
+
+@dataclass(frozen=True)
+class ModelProbe:
+    """One model's state as Triton reported it through the proxy."""
+
+    name: str
+    ready: bool
+    reason: str | None = None
+
+
+@dataclass(frozen=True)
+class Probe:
+    """What Triton answered in one pod. `error`: the API server could not reach it at all."""
+
+    server_ready: bool | None
+    models: tuple[ModelProbe, ...] = ()
+    error: str | None = None
+    detail: str | None = None
+
+
+@dataclass(frozen=True)
+class LogRequest:
+    """A failing container whose log the diagnosis wants to read."""
+
+    namespace: str
+    pod: str
+    container: str
+    previous: bool
+    key: tuple  # changes when the container restarts, so each crash is read once
+
+    @property
+    def target(self) -> tuple[str, str, str]:
+        return (self.namespace, self.pod, self.container)
+
+
+@dataclass
+class Snapshot:
+    """The world as read: raw API objects (dicts, as `kubectl get -o json` shows them) plus logs of
+    failing containers and Triton probes, keyed by (namespace, pod, container) and (namespace, pod)."""
+
+    deployments: list[dict] = field(default_factory=list)
+    pods: list[dict] = field(default_factory=list)
+    events: list[dict] = field(default_factory=list)
+    hpas: list[dict] = field(default_factory=list)
+    kustomizations: list[dict] = field(default_factory=list)
+    logs: dict[tuple[str, str, str], str] = field(default_factory=dict)
+    probes: dict[tuple[str, str], Probe] = field(default_factory=dict)
+    now: datetime | None = None
+    probing: bool = True
+
+
+@dataclass
+class ModelStatus:
+    """The verdict for one model."""
+
+    model: str
+    namespace: str
+    phase: str
+    ready: str
+    revision: str | None
+    reasons: list[Reason] = field(default_factory=list)
+
+    @property
+    def terminal(self) -> bool:
+        return self.phase == FAILED and any(r.terminal for r in self.reasons)
+
+    def as_dict(self) -> dict:
+        return {"model": self.model, "namespace": self.namespace, "phase": self.phase, "ready": self.ready,
+                "revision": self.revision, "reasons": [r.as_dict() for r in self.reasons]}

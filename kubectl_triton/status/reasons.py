@@ -1,0 +1,47 @@
+"""The catalog of reason codes that come from API objects (log-signature codes live in
+data/log_signatures.yaml). Each code has a fix; messages are filled in from the objects."""
+
+from __future__ import annotations
+
+from .model import Reason
+
+# code -> fix. Stable codes: scripts match on them; the README lists them.
+FIXES: dict[str, str] = {
+    "FluxNotReady": "Read the Kustomization's message (flux get kustomizations -A); fix the manifests in git "
+                    "and merge, or `flux reconcile kustomization NAME --with-source` after fixing the source.",
+    "FluxRevisionBehind": "The cluster still runs the last applied revision; fix what blocks the attempted one "
+                          "(see FluxNotReady) or wait for Flux to finish applying it.",
+    "FluxSuspended": "Changes merged in git are not applied while suspended: `flux resume kustomization NAME`.",
+    "ProgressDeadlineExceeded": "The new ReplicaSet never became available; fix the pod-level reason listed "
+                                "here, then merge the fix (or revert the change in git).",
+    "RolloutInProgress": "Nothing to change yet: the rollout is progressing (`status --wait` follows it).",
+    "CrashLoopBackOff": "Read the log lines quoted here (kubectl logs --previous POD -c CONTAINER) and fix the "
+                        "model or server arguments in git.",
+    "ImagePullBackOff": "Check the image name and tag in the overlay and that the node can pull it "
+                        "(imagePullSecrets for nvcr.io need an NGC API key).",
+    "InsufficientGPU": "No node has a free nvidia.com/gpu: lower replicas or GPUs per pod, free GPUs, or add GPU "
+                       "nodes (check the cluster autoscaler's node group for this GPU type).",
+    "NoMatchingNode": "No node matches the pod's nodeSelector/affinity or tolerates its taints: fix the "
+                      "selector or tolerations in the overlay, or label/taint the GPU nodes accordingly.",
+    "Unschedulable": "Read the scheduler's message; free the named resource or relax the pod's constraints.",
+    "OOMKilled": "The container exceeded its memory limit: raise resources.limits.memory in the overlay (model "
+                 "weights load through host memory), or lower what the model loads.",
+    "CreateContainerConfigError": "A Secret or ConfigMap the container references is missing or lacks a key: "
+                                  "create it (sealed/external secret in git) or fix the reference.",
+    "StartupProbeFailing": "Triton did not become ready within the startup budget: raise the startupProbe's "
+                           "failureThreshold x periodSeconds in the overlay for this model's load time.",
+    "TritonNotReady": "Triton answers but is not ready (models still loading or failed): see the model "
+                      "reasons here and the container log.",
+    "ModelNotReady": "Fix the model Triton reports as not ready (its config or files in the repository), "
+                     "then merge; `kubectl triton check-models` loads it locally.",
+    "HPAMetricUnavailable": "The HPA cannot read avg_time_queue_us: check that prometheus-adapter serves the "
+                            "custom metric and the ServiceMonitor scrapes Triton's metrics port.",
+    "DeploymentNotFound": "No Deployment labelled app.kubernetes.io/instance=MODEL and app.kubernetes.io/name="
+                          "triton-inference-server in scope: check -n/-A and the model name, or whether Flux "
+                          "applied the overlay yet.",
+}
+
+
+def reason(code: str, message: str, severity: str, *, terminal: bool = False) -> Reason:
+    """A Reason for a catalog code."""
+    return Reason(code, message, FIXES[code], severity, terminal)

@@ -1,0 +1,621 @@
+"""A small, real HTTP server that speaks the Kubernetes API's REST paths and JSON shapes, for tests and
+benchmarks of the cluster commands with the real `kubernetes` client.
+
+It serves lists (with resourceVersion), single objects, `?watch=true` streams (chunked, one JSON event per
+line, 410 Gone for expired versions), `pods/NAME/log`, `pods/NAME:PORT/proxy/...` (forwarded to a real
+server on loopback, e.g. tritonserver), and custom objects (Flux). It counts every request and records
+any mutating verb (POST/PUT/PATCH/DELETE) as a violation, answering 405. Also: objects shaped like a real
+cluster's (Deployments, Pods, Events, HPAs, Flux Kustomizations), to build scenarios from.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import parse_qs, unquote, urlsplit
+
+TOKEN = "test-token"
+
+# plural -> (group, version, kind, namespaced)
+KINDS: dict[str, tuple[str, str, str, bool]] = {
+    "pods": ("", "v1", "Pod", True),
+    "events": ("", "v1", "Event", True),
+    "namespaces": ("", "v1", "Namespace", False),
+    "deployments": ("apps", "v1", "Deployment", True),
+    "replicasets": ("apps", "v1", "ReplicaSet", True),
+    "horizontalpodautoscalers": ("autoscaling", "v2", "HorizontalPodAutoscaler", True),
+    "kustomizations": ("kustomize.toolkit.fluxcd.io", "v1", "Kustomization", True),
+}
+KIND_TO_PLURAL = {kind: plural for plural, (_, _, kind, _) in KINDS.items()}
+
+
+@dataclass
+class Request:
+    """One request as the API server's audit log would see it."""
+
+    method: str
+    verb: str  # get, list, watch, log, proxy, or the mutating verb
+    resource: str
+    namespace: str | None
+    name: str | None
+    path: str
+
+
+@dataclass
+class _Watcher:
+    plural: str
+    namespace: str | None
+    label_selector: str | None
+    field_selector: str | None
+
+
+@dataclass
+class FakeCluster:
+    """The server's state. Change it from tests with `apply`/`delete`; watches see every change."""
+
+    objects: dict[str, dict[tuple[str, str], dict]] = field(default_factory=lambda: {p: {} for p in KINDS})
+    history: list[tuple[int, str, str, dict]] = field(default_factory=list)  # (rv, plural, type, obj)
+    rv: int = 1000
+    history_floor: int = 1000  # watches from an older resourceVersion get 410 Gone
+    logs: dict[tuple[str, str, str, bool], str | Callable[[], str]] = field(default_factory=dict)
+    proxy_targets: dict[tuple[str, str, int], str] = field(default_factory=dict)
+    forbidden: set[tuple[str, str]] = field(default_factory=set)  # (verb, plural) refused with 403
+    faults: list[tuple[str, int]] = field(default_factory=list)  # (path regex, status) served once each
+    token: str | None = TOKEN
+    requests: list[Request] = field(default_factory=list)
+    violations: list[str] = field(default_factory=list)
+    lock: threading.Condition = field(default_factory=threading.Condition)
+
+    # -- mutation (by the test, never by the client) --------------------------------------------------
+    def apply(self, *objs: dict) -> None:
+        """Create or replace objects (kind decides the collection); bumps resourceVersion, notifies."""
+        with self.lock:
+            for obj in objs:
+                obj = copy.deepcopy(obj)
+                plural = KIND_TO_PLURAL[obj["kind"]]
+                meta = obj.setdefault("metadata", {})
+                key = (meta.get("namespace", ""), meta["name"])
+                self.rv += 1
+                meta["resourceVersion"] = str(self.rv)
+                meta.setdefault("uid", f"uid-{plural}-{key[0]}-{key[1]}")
+                event = "MODIFIED" if key in self.objects[plural] else "ADDED"
+                self.objects[plural][key] = obj
+                self.history.append((self.rv, plural, event, obj))
+            self.lock.notify_all()
+
+    def delete(self, kind: str, namespace: str, name: str) -> None:
+        with self.lock:
+            plural = KIND_TO_PLURAL[kind]
+            obj = self.objects[plural].pop((namespace, name))
+            self.rv += 1
+            obj = copy.deepcopy(obj)
+            obj["metadata"]["resourceVersion"] = str(self.rv)
+            self.history.append((self.rv, plural, "DELETED", obj))
+            self.lock.notify_all()
+
+    def compact(self) -> None:
+        """Forget the watch history, as etcd compaction does: older resourceVersions get 410."""
+        with self.lock:
+            self.history.clear()
+            self.history_floor = self.rv
+
+    def count(self, verb: str | None = None, resource: str | None = None) -> int:
+        return sum(1 for r in self.requests if (verb is None or r.verb == verb)
+                   and (resource is None or r.resource == resource))
+
+
+# -- selectors ----------------------------------------------------------------------------------------
+
+_SET_RE = re.compile(r"^\s*([\w./-]+)\s+(in|notin)\s+\(([^)]*)\)\s*$")
+
+
+def _split_selector(selector: str) -> list[str]:
+    parts, depth, cur = [], 0, ""
+    for ch in selector:
+        depth += ch == "("
+        depth -= ch == ")"
+        if ch == "," and depth == 0:
+            parts.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    return [p for p in [*parts, cur] if p.strip()]
+
+
+def label_match(selector: str | None, labels: dict) -> bool:
+    """Kubernetes label selector semantics: =, ==, !=, in, notin, exists, !exists."""
+    for term in _split_selector(selector or ""):
+        m = _SET_RE.match(term)
+        if m:
+            key, op, values = m.group(1), m.group(2), {v.strip() for v in m.group(3).split(",")}
+            if (op == "in") != (labels.get(key) in values):
+                return False
+            continue
+        term = term.strip()
+        if "!=" in term:
+            key, value = term.split("!=", 1)
+            if labels.get(key.strip()) == value.strip():
+                return False
+        elif "=" in term:
+            key, value = term.replace("==", "=").split("=", 1)
+            if labels.get(key.strip()) != value.strip():
+                return False
+        elif term.startswith("!"):
+            if term[1:] in labels:
+                return False
+        elif term not in labels:
+            return False
+    return True
+
+
+def field_match(selector: str | None, obj: dict) -> bool:
+    for term in _split_selector(selector or ""):
+        key, value = term.replace("==", "=").split("=", 1)
+        cur: object = obj
+        for part in key.strip().split("."):
+            cur = cur.get(part) if isinstance(cur, dict) else None
+        if str(cur if cur is not None else "") != value.strip():
+            return False
+    return True
+
+
+# -- the HTTP server ---------------------------------------------------------------------------------
+
+_PATH_RE = re.compile(
+    r"^/(?:api/(?P<cv>v1)|apis/(?P<group>[^/]+)/(?P<gv>[^/]+))"
+    r"(?:/namespaces/(?P<ns>[^/]+))?/(?P<plural>[a-z]+)(?:/(?P<name>[^/]+))?(?:/(?P<sub>.*))?$")
+
+
+def _status(code: int, reason: str, message: str, kind: str | None = None) -> dict:
+    doc = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": message,
+           "reason": reason, "code": code}
+    if kind:
+        doc["details"] = {"kind": kind}
+    return doc
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: _Server
+
+    def log_message(self, *args: object) -> None:  # quiet
+        pass
+
+    # mutating verbs: record and refuse
+    def _mutating(self) -> None:
+        cluster = self.server.cluster
+        verb = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}[self.command]
+        with cluster.lock:
+            cluster.violations.append(f"{self.command} {self.path}")
+            cluster.requests.append(Request(self.command, verb, "", None, None, self.path))
+        length = int(self.headers.get("Content-Length") or 0)
+        if length:
+            self.rfile.read(length)
+        self._send_json(405, _status(405, "MethodNotAllowed", f"{verb} is not allowed by this test server"))
+
+    do_POST = do_PUT = do_PATCH = do_DELETE = _mutating
+
+    def _send_json(self, code: int, doc: object, headers: dict | None = None) -> None:
+        body = json.dumps(doc).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _send_text(self, code: int, text: str, ctype: str = "text/plain") -> None:
+        body = text.encode()
+        self.send_response(code)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self) -> None:  # noqa: C901 - a router
+        cluster = self.server.cluster
+        url = urlsplit(self.path)
+        query = {k: v[-1] for k, v in parse_qs(url.query).items()}
+        if cluster.token and self.headers.get("Authorization") != f"Bearer {cluster.token}":
+            self._send_json(401, _status(401, "Unauthorized", "Unauthorized"))
+            return
+        if url.path == "/version":
+            self._send_json(200, {"major": "1", "minor": "31", "gitVersion": "v1.31.0"})
+            return
+        m = _PATH_RE.match(url.path)
+        if not m or m.group("plural") not in KINDS:
+            self._send_json(404, _status(404, "NotFound", "the server could not find the requested resource"))
+            return
+        plural, ns, name, sub = m.group("plural"), m.group("ns"), m.group("name"), m.group("sub")
+        group = m.group("group") or ""
+        version = m.group("cv") or m.group("gv")
+        kgroup, kversion, kind, _ = KINDS[plural]
+        if (group, version) != (kgroup, kversion):
+            self._send_json(404, _status(404, "NotFound", "the server could not find the requested resource"))
+            return
+        name = unquote(name) if name else None
+        if sub and sub.startswith("proxy"):
+            verb = "proxy"
+        elif sub == "log":
+            verb = "log"
+        elif name:
+            verb = "get"
+        else:
+            verb = "watch" if query.get("watch") in ("true", "1") else "list"
+        with cluster.lock:
+            cluster.requests.append(Request("GET", verb, plural, ns, name, self.path))
+            fault = next(((rx, code) for rx, code in cluster.faults if re.search(rx, self.path)), None)
+            if fault:
+                cluster.faults.remove(fault)
+        if fault:
+            self._send_json(fault[1], _status(fault[1], "TooManyRequests" if fault[1] == 429 else
+                                              "InternalError", f"injected fault {fault[1]}"),
+                            {"Retry-After": "0"} if fault[1] == 429 else None)
+            return
+        rbac_verb = "get" if verb in ("proxy", "log") else verb
+        rbac_res = f"{plural}/{verb}" if verb in ("proxy", "log") else plural
+        if (rbac_verb, rbac_res) in cluster.forbidden:
+            where = f'in the namespace "{ns}"' if ns else "at the cluster scope"
+            self._send_json(403, _status(403, "Forbidden", f'{rbac_res} is forbidden: User "alice" cannot '
+                                         f'{rbac_verb} resource "{rbac_res}" in API group "{group}" {where}',
+                                         plural))
+            return
+        if verb == "proxy":
+            self._proxy(ns, name, sub[len("proxy"):], url.query)
+        elif verb == "log":
+            self._log(ns, name, query)
+        elif verb == "get":
+            with cluster.lock:
+                obj = cluster.objects[plural].get((ns or "", name))
+            if obj is None:
+                self._send_json(404, _status(404, "NotFound", f'{plural} "{name}" not found', plural))
+            else:
+                self._send_json(200, obj)
+        elif verb == "list":
+            with cluster.lock:
+                items = [copy.deepcopy(o) for o in self._select(plural, ns, query)]
+                rv = str(cluster.rv)
+            for o in items:  # real lists carry kind/apiVersion on the list, not on items
+                o.pop("kind", None)
+                o.pop("apiVersion", None)
+            self._send_json(200, {"kind": f"{kind}List", "apiVersion": f"{group}/{version}".lstrip("/"),
+                                  "metadata": {"resourceVersion": rv}, "items": items})
+        else:
+            self._watch(plural, ns, query)
+
+    def _select(self, plural: str, ns: str | None, query: dict) -> list[dict]:
+        cluster = self.server.cluster
+        return [o for (ons, _), o in sorted(cluster.objects[plural].items())
+                if (ns is None or ons == ns)
+                and label_match(query.get("labelSelector"), o["metadata"].get("labels") or {})
+                and field_match(query.get("fieldSelector"), o)]
+
+    def _watch(self, plural: str, ns: str | None, query: dict) -> None:
+        cluster = self.server.cluster
+        deadline = time.monotonic() + float(query.get("timeoutSeconds") or 1800)
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+
+        def send(doc: dict) -> None:
+            data = json.dumps(doc).encode() + b"\n"
+            self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+            self.wfile.flush()
+
+        def matches(obj: dict) -> bool:
+            return ((ns is None or obj["metadata"].get("namespace") == ns)
+                    and label_match(query.get("labelSelector"), obj["metadata"].get("labels") or {})
+                    and field_match(query.get("fieldSelector"), obj))
+
+        try:
+            with cluster.lock:
+                since = query.get("resourceVersion")
+                if since and int(since) < cluster.history_floor:
+                    send({"type": "ERROR", "object": _status(410, "Expired",
+                                                             f"too old resource version: {since}")})
+                    self.wfile.write(b"0\r\n\r\n")
+                    return
+                if not since:  # no version: the current state as ADDED events first
+                    for o in self._select(plural, ns, query):
+                        send({"type": "ADDED", "object": o})
+                    since = str(cluster.rv)
+                seen = int(since)
+                while not self.server.stopping:
+                    for rv, p, typ, obj in cluster.history:
+                        if rv > seen and p == plural and matches(obj):
+                            send({"type": typ, "object": obj})
+                    seen = max(seen, cluster.rv)
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        break
+                    cluster.lock.wait(min(left, 0.5))
+            self.wfile.write(b"0\r\n\r\n")
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+
+    def _log(self, ns: str, name: str, query: dict) -> None:
+        cluster = self.server.cluster
+        with cluster.lock:
+            pod = cluster.objects["pods"].get((ns, name))
+        if pod is None:
+            self._send_json(404, _status(404, "NotFound", f'pods "{name}" not found', "pods"))
+            return
+        container = query.get("container") or pod["spec"]["containers"][0]["name"]
+        previous = query.get("previous") in ("true", "1")
+        text = cluster.logs.get((ns, name, container, previous))
+        if text is None:
+            msg = (f'previous terminated container "{container}" in pod "{name}" not found' if previous
+                   else f'container "{container}" in pod "{name}" is waiting to start: ContainerCreating')
+            self._send_json(400, _status(400, "BadRequest", msg))
+            return
+        text = text() if callable(text) else text
+        tail = query.get("tailLines")
+        if tail:
+            lines = text.splitlines(keepends=True)
+            text = "".join(lines[-int(tail):])
+        self._send_text(200, text)
+
+    def _proxy(self, ns: str, name_port: str, path: str, raw_query: str) -> None:
+        cluster = self.server.cluster
+        name, _, port = name_port.partition(":")
+        target = cluster.proxy_targets.get((ns, name, int(port or 80)))
+        if target is None:
+            self._send_json(503, _status(503, "ServiceUnavailable", "error trying to reach service: dial tcp "
+                                         f"10.244.1.7:{port}: connect: connection refused"))
+            return
+        url = target.rstrip("/") + path + (f"?{raw_query}" if raw_query else "")
+        try:
+            with urllib.request.urlopen(url, timeout=5) as resp:
+                self._send_text(resp.status, resp.read().decode(), resp.headers.get("Content-Type", "text/plain"))
+        except urllib.error.HTTPError as err:
+            self._send_text(err.code, err.read().decode(), err.headers.get("Content-Type", "text/plain"))
+        except OSError as err:
+            self._send_json(503, _status(503, "ServiceUnavailable", f"error trying to reach service: {err}"))
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, cluster: FakeCluster) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.cluster = cluster
+        self.stopping = False
+
+
+class APIServer:
+    """`with APIServer() as api:` — a running server; `api.url`, `api.cluster`, `api.kubeconfig(dir)`."""
+
+    def __init__(self, cluster: FakeCluster | None = None) -> None:
+        self.cluster = cluster or FakeCluster()
+        self._server = _Server(self.cluster)
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def __enter__(self) -> APIServer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._server.stopping = True
+        with self.cluster.lock:
+            self.cluster.lock.notify_all()
+        self._server.shutdown()
+        self._server.server_close()
+
+    def kubeconfig(self, directory: Path, namespace: str | None = "triton", token: str = TOKEN,
+                   context: str = "test") -> Path:
+        """A kubeconfig file whose current context points at this server."""
+        ctx: dict = {"cluster": "test", "user": "alice"}
+        if namespace:
+            ctx["namespace"] = namespace
+        doc = {"apiVersion": "v1", "kind": "Config", "current-context": context,
+               "clusters": [{"name": "test", "cluster": {"server": self.url}}],
+               "users": [{"name": "alice", "user": {"token": token}}],
+               "contexts": [{"name": context, "context": ctx},
+                            {"name": "other", "context": {"cluster": "test", "user": "alice",
+                                                          "namespace": "other"}}]}
+        path = directory / "kubeconfig"
+        path.write_text(json.dumps(doc))
+        return path
+
+
+# -- objects shaped like a real cluster's --------------------------------------------------------------
+
+NAMESPACE = "triton"
+IMAGE = "nvcr.io/nvidia/tritonserver:24.12-py3"
+REVISION = "main@sha1:4f2a9c1e0b7d5a3f2e1c9b8a7d6e5f4a3b2c1d0e"
+
+
+def ts(offset_s: float = 0.0, now: datetime | None = None) -> str:
+    """An RFC 3339 timestamp `offset_s` seconds from now (negative: in the past)."""
+    when = (now or datetime.now(timezone.utc)) + timedelta(seconds=offset_s)
+    return when.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def labels(model: str) -> dict:
+    return {"app.kubernetes.io/name": "triton-inference-server", "app.kubernetes.io/instance": model}
+
+
+def deployment(model: str, *, ns: str = NAMESPACE, replicas: int = 1, ready: int | None = None,
+               updated: int | None = None, generation: int = 2, observed: int | None = None,
+               progressing: tuple[str, str] = ("True", "NewReplicaSetAvailable"),
+               args: tuple[str, ...] = ()) -> dict:
+    """A Deployment as the lead's base/triton renders it, with a status the controller would write."""
+    ready = replicas if ready is None else ready
+    updated = replicas if updated is None else updated
+    observed = generation if observed is None else observed
+    name = f"{model}-triton"
+    msg = {"NewReplicaSetAvailable": f'ReplicaSet "{name}-7d9c8b6f5" has successfully progressed.',
+           "ReplicaSetUpdated": f'ReplicaSet "{name}-7d9c8b6f5" is progressing.',
+           "ProgressDeadlineExceeded": f'ReplicaSet "{name}-7d9c8b6f5" has timed out progressing.'}
+    return {
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": name, "namespace": ns, "generation": generation, "labels": labels(model),
+                     "annotations": {"deployment.kubernetes.io/revision": str(generation)},
+                     "creationTimestamp": ts(-3600)},
+        "spec": {
+            "replicas": replicas, "progressDeadlineSeconds": 600,
+            "selector": {"matchLabels": labels(model)},
+            "template": {"metadata": {"labels": labels(model)}, "spec": {
+                "initContainers": [{"name": "assemble-model-repository", "image": IMAGE}],
+                "containers": [{"name": "tritonserver", "image": IMAGE, "command": ["tritonserver"],
+                                "args": ["--model-repository=/models", *args],
+                                "ports": [{"name": "http", "containerPort": 8000},
+                                          {"name": "grpc", "containerPort": 8001},
+                                          {"name": "metrics", "containerPort": 8002}],
+                                "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}},
+        },
+        "status": {
+            "observedGeneration": observed, "replicas": replicas, "updatedReplicas": updated,
+            "readyReplicas": ready, "availableReplicas": ready,
+            **({"unavailableReplicas": replicas - ready} if replicas > ready else {}),
+            "conditions": [
+                {"type": "Available", "status": "True" if ready >= replicas else "False",
+                 "reason": "MinimumReplicasAvailable" if ready >= replicas else "MinimumReplicasUnavailable",
+                 "message": "Deployment has minimum availability." if ready >= replicas
+                 else "Deployment does not have minimum availability.",
+                 "lastUpdateTime": ts(-600), "lastTransitionTime": ts(-600)},
+                {"type": "Progressing", "status": progressing[0], "reason": progressing[1],
+                 "message": msg.get(progressing[1], progressing[1]),
+                 "lastUpdateTime": ts(-60), "lastTransitionTime": ts(-600)},
+            ],
+        },
+    }
+
+
+def pod(model: str, suffix: str = "x7k2p", *, ns: str = NAMESPACE, phase: str = "Running",
+        ready: bool = True, started: bool | None = None, restarts: int = 0, state: dict | None = None,
+        last_state: dict | None = None, scheduled: tuple[str, str, str] | None = None,
+        init_state: dict | None = None, node: str = "gpu-node-a100-1") -> dict:
+    """A Pod of the Deployment's current ReplicaSet, with the kubelet's container statuses."""
+    name = f"{model}-triton-7d9c8b6f5-{suffix}"
+    started = ready if started is None else started
+    state = state or ({"running": {"startedAt": ts(-120)}} if phase == "Running" else
+                      {"waiting": {"reason": "ContainerCreating"}})
+    conditions = [{"type": "PodScheduled", "status": "True", "lastTransitionTime": ts(-180)}]
+    if scheduled:
+        conditions = [{"type": "PodScheduled", "status": scheduled[0], "reason": scheduled[1],
+                       "message": scheduled[2], "lastTransitionTime": ts(-180)}]
+    else:
+        conditions += [{"type": "Initialized", "status": "True", "lastTransitionTime": ts(-170)},
+                       {"type": "ContainersReady", "status": str(ready), "lastTransitionTime": ts(-100)},
+                       {"type": "Ready", "status": str(ready), "lastTransitionTime": ts(-100)}]
+    status: dict = {"phase": phase, "conditions": conditions, "qosClass": "Burstable"}
+    if not scheduled:
+        status.update(hostIP="10.0.3.17", podIP="10.244.1.7", startTime=ts(-180))
+        cs = {"name": "tritonserver", "image": IMAGE, "imageID": "", "ready": ready, "started": started,
+              "restartCount": restarts, "state": state}
+        if last_state:
+            cs["lastState"] = last_state
+        status["containerStatuses"] = [cs]
+        status["initContainerStatuses"] = [{
+            "name": "assemble-model-repository", "image": IMAGE, "ready": init_state is None,
+            "restartCount": 0,
+            "state": init_state or {"terminated": {"exitCode": 0, "reason": "Completed", "startedAt": ts(-175),
+                                                   "finishedAt": ts(-170)}}}]
+    lab = {**labels(model), "pod-template-hash": "7d9c8b6f5"}
+    return {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": ns, "labels": lab, "uid": f"uid-{name}",
+                     "creationTimestamp": ts(-180),
+                     "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "controller": True,
+                                          "name": f"{model}-triton-7d9c8b6f5", "uid": "uid-rs"}]},
+        "spec": {"nodeName": None if scheduled else node,
+                 "initContainers": [{"name": "assemble-model-repository", "image": IMAGE}],
+                 "containers": [{"name": "tritonserver", "image": IMAGE,
+                                 "ports": [{"name": "http", "containerPort": 8000}],
+                                 "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
+        "status": status,
+    }
+
+
+def crashed(reason: str = "Error", exit_code: int = 1, restarts: int = 1) -> dict:
+    """Container state of a crash loop: waiting in back-off, last instance terminated."""
+    return {"state": {"waiting": {"reason": "CrashLoopBackOff",
+                                  "message": "back-off 10s restarting failed container=tritonserver"}},
+            "last_state": {"terminated": {"exitCode": exit_code, "reason": reason, "startedAt": ts(-30),
+                                          "finishedAt": ts(-20)}},
+            "restarts": restarts, "ready": False, "started": False}
+
+
+def event(obj: dict, reason: str, message: str, *, type_: str = "Warning", count: int = 1,
+          source: str = "kubelet", age_s: float = 10) -> dict:
+    meta = obj["metadata"]
+    return {"apiVersion": "v1", "kind": "Event",
+            "metadata": {"name": f"{meta['name']}.{abs(hash((reason, message))) % 10**12:x}",
+                         "namespace": meta["namespace"], "creationTimestamp": ts(-age_s)},
+            "involvedObject": {"apiVersion": obj["apiVersion"], "kind": obj["kind"], "name": meta["name"],
+                               "namespace": meta["namespace"], "uid": meta.get("uid", "")},
+            "reason": reason, "message": message, "type": type_, "count": count,
+            "source": {"component": source}, "firstTimestamp": ts(-age_s - 60), "lastTimestamp": ts(-age_s),
+            "reportingComponent": source}
+
+
+def hpa(model: str, *, ns: str = NAMESPACE, metric_ok: bool = True) -> dict:
+    name = f"{model}-triton"
+    active = ({"type": "ScalingActive", "status": "True", "reason": "ValidMetricFound",
+               "message": "the HPA was able to successfully calculate a replica count from pods metric "
+                          "avg_time_queue_us"} if metric_ok else
+              {"type": "ScalingActive", "status": "False", "reason": "FailedGetPodsMetric",
+               "message": "the HPA was unable to compute the replica count: unable to get metric "
+                          "avg_time_queue_us: unable to fetch metrics from custom metrics API: the server "
+                          "could not find the metric avg_time_queue_us for pods"})
+    return {"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
+            "metadata": {"name": name, "namespace": ns, "labels": labels(model)},
+            "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": name},
+                     "minReplicas": 1, "maxReplicas": 4,
+                     "metrics": [{"type": "Pods", "pods": {"metric": {"name": "avg_time_queue_us"},
+                                                            "target": {"type": "AverageValue",
+                                                                       "averageValue": "50"}}}]},
+            "status": {"currentReplicas": 1, "desiredReplicas": 1,
+                       "conditions": [{"type": "AbleToScale", "status": "True", "reason": "ReadyForNewScale"},
+                                      active]}}
+
+
+def kustomization(name: str, models: list[tuple[str, str]], *, ready: tuple[str, str, str] | None = None,
+                  applied: str = REVISION, attempted: str | None = None, suspend: bool = False) -> dict:
+    """A Flux Kustomization in flux-system whose inventory holds the models' Deployments (ns, model)."""
+    ready = ready or ("True", "ReconciliationSucceeded", f"Applied revision: {applied}")
+    entries = []
+    for ns, model in models:
+        for kind, group in (("Service", ""), ("Deployment", "apps"),
+                            ("HorizontalPodAutoscaler", "autoscaling")):
+            entries.append({"id": f"{ns}_{model}-triton_{group}_{kind}", "v": "v2" if group == "autoscaling"
+                            else "v1"})
+    return {"apiVersion": "kustomize.toolkit.fluxcd.io/v1", "kind": "Kustomization",
+            "metadata": {"name": name, "namespace": "flux-system", "generation": 1},
+            "spec": {"interval": "10m", "path": f"./overlays/{name}", "prune": True, "wait": True,
+                     "timeout": "15m", "suspend": suspend,
+                     "sourceRef": {"kind": "GitRepository", "name": "flux-system"}},
+            "status": {"observedGeneration": 1, "lastAppliedRevision": applied,
+                       "lastAttemptedRevision": attempted or applied,
+                       "conditions": [{"type": "Ready", "status": ready[0], "reason": ready[1],
+                                       "message": ready[2], "lastTransitionTime": ts(-30),
+                                       "observedGeneration": 1}],
+                       "inventory": {"entries": entries}}}
+
+
+def healthy_model(cluster: FakeCluster, model: str, *, ns: str = NAMESPACE) -> dict:
+    """Apply a healthy Deployment, its ready Pod and its HPA; return the Pod."""
+    p = pod(model, ns=ns)
+    cluster.apply(deployment(model, ns=ns), p, hpa(model, ns=ns))
+    return p
