@@ -17,10 +17,12 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+import weakref
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -72,12 +74,19 @@ def find_install() -> TritonInstall:
 
 
 _BACKENDS: dict[Path, Path] = {}
+_BACKENDS_LOCK = threading.Lock()
 
 
 def prepared_backends(install: TritonInstall) -> Path:
     """A backends directory with the python stub in place, made once per process in a temp dir."""
     if install.stub is None:
         return install.backends_dir
+    with _BACKENDS_LOCK:
+        return _prepare_backends(install)
+
+
+def _prepare_backends(install: TritonInstall) -> Path:
+    assert install.stub is not None
     if install.binary not in _BACKENDS:
         tmp = Path(tempfile.mkdtemp(prefix="kubectl-triton-backends-"))
         atexit.register(shutil.rmtree, tmp, True)
@@ -114,8 +123,39 @@ def server_env(install: TritonInstall) -> dict[str, str]:
     return env
 
 
+_LIVE: weakref.WeakSet[TritonServer] = weakref.WeakSet()
+
+
+@atexit.register
+def _stop_all() -> None:
+    """Servers still running when the interpreter exits are killed (a test that forgot stop())."""
+    for server in list(_LIVE):
+        server.stop(grace=0)
+
+
+def _parent_death_signal() -> Callable[[], None] | None:
+    """A preexec_fn that makes the server receive SIGTERM when the starting thread's process dies
+    (Linux prctl PR_SET_PDEATHSIG), so a killed test run leaves no orphaned servers."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+    def preexec() -> None:
+        prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+    return preexec
+
+
 class TritonServer:
-    """A tritonserver process on a model repository; a context manager that always stops it."""
+    """A tritonserver process on a model repository; a context manager that always stops it.
+
+    The server dies with the process (and thread) that started it: stop it from the thread that
+    started it, or keep that thread alive while it is in use."""
 
     def __init__(self, model_repository: Path, *, model_control_mode: str = "none",
                  exit_on_error: bool = False, extra_args: Sequence[str] = (),
@@ -189,7 +229,8 @@ class TritonServer:
         with os.fdopen(fd, "wb") as out:
             self._proc = subprocess.Popen(self.command(), stdout=out, stderr=subprocess.STDOUT,
                                           stdin=subprocess.DEVNULL, env=server_env(self.install),
-                                          start_new_session=True)
+                                          start_new_session=True, preexec_fn=_parent_death_signal())
+        _LIVE.add(self)
 
     def _wait_live(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -222,6 +263,7 @@ class TritonServer:
     def stop(self, grace: float = 10) -> None:
         """Terminate the server (SIGTERM and up to `grace` s, then SIGKILL to its process group)."""
         proc, self._proc = self._proc, None
+        _LIVE.discard(self)
         if proc is None:
             return
         if proc.poll() is None and grace > 0:
