@@ -10,7 +10,9 @@ What the shadow changes in a non-ensemble model's config (and why):
 - instance groups of kind KIND_GPU / KIND_AUTO become KIND_CPU with `gpus`, `profile`,
   `secondary_devices` and `host_policy` cleared (the shadow host has no GPUs). A group whose gpu ids
   include a negative one is kept as written: that id is invalid on every host, so Triton's refusal
-  is a true error. Non-negative ids that the target host may lack cannot be judged here;
+  is a true error. Non-negative ids that the target host may lack cannot be judged here. KIND_CPU
+  and KIND_MODEL groups are kept as written (KIND_CPU with gpus is refused on every host);
+  with `max_instances`, larger instance counts are lowered to it (fewer stub processes);
 - `model_repository_agents`, `model_operations` cleared (agents and custom op libraries are not in
   the shadow); the python-only parameter `EXECUTION_ENV_PATH` dropped (its archive is not there);
 - output `label_filename` files created empty; `warmup/` copied; version folders mirrored (a model
@@ -62,7 +64,7 @@ def is_ensemble(config: Any) -> bool:
     return config.platform == ENSEMBLE
 
 
-def shadow_config(config: Any) -> Any:
+def shadow_config(config: Any, max_instances: int | None = None) -> Any:
     """A copy of `config` that the python backend loads on CPU, with the same I/O and policies."""
     kind = pbtxt.schema().ModelInstanceGroup.Kind
     out = type(config)()
@@ -78,11 +80,13 @@ def shadow_config(config: Any) -> Any:
             group.kind = kind.KIND_CPU
             for field in ("gpus", "profile", "secondary_devices", "host_policy"):
                 group.ClearField(field)
+        if max_instances is not None and group.count > max_instances:
+            group.count = max_instances
     return out
 
 
 def build_shadow(src: Path, dest: Path, *, keep_python: bool = False,
-                 stubs: Mapping[str, str] | None = None) -> None:
+                 stubs: Mapping[str, str] | None = None, max_instances: int | None = None) -> None:
     """Copy model repository `src` to `dest` as a shadow (see the module docstring).
 
     keep_python: python-backend models keep their own files (model.py etc.), only their config is
@@ -92,10 +96,12 @@ def build_shadow(src: Path, dest: Path, *, keep_python: bool = False,
     dest.mkdir(parents=True, exist_ok=True)
     generic = stub_path("generic")
     for model_dir in model_dirs(src):
-        _shadow_model(model_dir, dest / model_dir.name, keep_python, dict(stubs or {}), generic)
+        _shadow_model(model_dir, dest / model_dir.name, keep_python, dict(stubs or {}), generic,
+                      max_instances)
 
 
-def _shadow_model(src: Path, dest: Path, keep_python: bool, stubs: dict[str, str], generic: Path) -> None:
+def _shadow_model(src: Path, dest: Path, keep_python: bool, stubs: dict[str, str], generic: Path,
+                  max_instances: int | None) -> None:
     text = (src / "config.pbtxt").read_text(encoding="utf-8", errors="replace")
     try:
         config = pbtxt.parse(text, str(src / "config.pbtxt"))
@@ -123,7 +129,7 @@ def _shadow_model(src: Path, dest: Path, keep_python: bool, stubs: dict[str, str
         for version in versions or ["1"]:
             (dest / version).mkdir(parents=True, exist_ok=True)
             shutil.copyfile(stub or generic, dest / version / "model.py")
-    shadow = shadow_config(config)
+    shadow = shadow_config(config, max_instances)
     if keep_python and backend == PYTHON and stub is None:
         shadow.default_model_filename = config.default_model_filename
     for output in shadow.output:

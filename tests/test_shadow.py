@@ -128,6 +128,7 @@ def test_shadow_config_keeps_io_and_runs_on_cpu() -> None:
     assert shadow.parameters["intra_op_thread_count"].string_value == "4"
     assert not shadow.model_repository_agents.agents
     assert original.platform == "onnxruntime_onnx"  # the input is not modified
+    assert [g.count for g in shadow_config(original, max_instances=1).instance_group] == [1, 1]
 
 
 def test_shadow_keeps_gpu_ids_that_are_invalid_on_every_host() -> None:

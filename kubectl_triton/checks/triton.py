@@ -72,6 +72,6 @@ def check_repository_with_triton(repo_dir: Path, *, display_root: Path | None = 
     find_install()  # ToolMissing before any work when there is no server
     with tempfile.TemporaryDirectory(prefix="kubectl-triton-shadow-") as tmp:
         shadow = Path(tmp) / "models"
-        build_shadow(repo_dir, shadow)
+        build_shadow(repo_dir, shadow, max_instances=1)
         failures = run_shadow(shadow, timeout=timeout)
     return findings_from_states(failures, repo_dir, display_root)
