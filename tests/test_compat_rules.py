@@ -25,6 +25,8 @@ CASES = [
     ("same-cc-other-model", LLAMA, ["h200"], {"triton_max_batch_size": 8}, {}, {"DeviceModelDiffers"}, True),
     ("l40s-engine-on-l4-too-big", NEMO, ["l4"], {}, {}, {"DeviceModelDiffers", "InsufficientMemory"}, False),
     ("a100-vs-h100", LLAMA, ["a100-80gb"], {"triton_max_batch_size": 8}, {}, {"ArchMismatch"}, False),
+    ("a100-engine-on-a10g-same-major", AWQ_TP2, ["a10g"], {}, {}, {"ArchMismatch"}, False),
+    ("ada-engine-on-a10", NEMO, ["a10"], {}, {}, {"ArchMismatch", "InsufficientMemory"}, False),
     ("bf16-on-turing", LLAMA, ["t4"], {"triton_max_batch_size": 8}, {},
      {"ArchMismatch", "PrecisionUnsupported", "InsufficientMemory"}, False),
     ("fp8-on-ampere", FP8_TP4, ["a100-80gb"], {"triton_max_batch_size": 8}, {},
