@@ -205,6 +205,8 @@ class TritonServer:
 
         Retries with new ports when one was taken meanwhile; raises TritonServerError when the
         server exits (e.g. exit_on_error and a model failed) or is not live within `timeout`."""
+        if self.running:  # `with TritonServer(...).start() as s:` must not start a second process
+            return self
         if not self.model_repository.is_dir():
             raise TritonServerError(f"{self.model_repository}: model repository is not a directory")
         for attempt in range(3):

@@ -127,6 +127,17 @@ def test_server_is_stopped_when_the_block_raises(tmp_path: Path) -> None:
         socket.create_connection(("127.0.0.1", port), timeout=1).close()
 
 
+def test_start_is_idempotent_so_with_start_runs_one_server(tmp_path: Path) -> None:
+    _install_or_skip()
+    add_model(tmp_path, "echo")
+    with ts.TritonServer(tmp_path).start(timeout=30) as server:
+        pid, port = server._proc.pid, server.http_port
+        assert server.start() is server and server._proc.pid == pid and server.http_port == port
+    assert not server.running
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+
+
 def test_missing_repository_is_refused_before_starting(tmp_path: Path) -> None:
     _install_or_skip()
     with pytest.raises(ts.TritonServerError, match="not a directory"):
