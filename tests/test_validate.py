@@ -1,0 +1,191 @@
+"""`kubectl triton validate`: the pull-request gate over the whole GitOps repository."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from kubectl_triton import assembly
+
+from .conftest import REPO
+
+
+def _json(result) -> dict:
+    assert result.exit_code in (0, 1), result.stderr
+    return json.loads(result.stdout)
+
+
+def _codes(doc: dict) -> set[str]:
+    return {f["code"] for f in doc["findings"] if f["severity"] == "error"}
+
+
+def _edit(path: Path, old: str, new: str) -> None:
+    text = path.read_text()
+    assert old in text, f"{old!r} not in {path}"
+    path.write_text(text.replace(old, new, 1))
+
+
+def test_example_repository_passes(run_cli):
+    result = run_cli("validate", str(REPO), "-o", "json")
+    doc = _json(result)
+    assert result.exit_code == 0 and doc["ok"] is True
+    assert _codes(doc) == set()
+    for f in doc["findings"]:
+        assert set(f) == {"severity", "code", "path", "line", "model", "object", "message"}
+
+
+def test_text_output_is_one_line_per_finding_with_a_summary(run_cli, repo_copy: Path):
+    _edit(repo_copy / "base/triton/horizontalpodautoscaler.yaml", """    - type: Pods
+      pods:
+        metric:
+          name: avg_time_queue_us
+        target:
+          type: AverageValue
+          averageValue: "50"
+""", """    - type: Resource
+      resource:
+        name: cpu
+        target:
+          type: Utilization
+          averageUtilization: 80
+""")
+    result = run_cli("validate", str(repo_copy))
+    assert result.exit_code == 0  # warnings only
+    lines = result.stdout.strip().splitlines()
+    assert any(line.startswith("overlays/image-classifier/l4: warning [practice.HPAOnCPU] "
+                               "HorizontalPodAutoscaler/triton/image-classifier-triton:") for line in lines)
+    assert lines[-1].startswith("0 error(s), ")
+
+
+def test_broken_ensemble_wiring_points_at_the_committed_file_and_line(run_cli, repo_copy: Path):
+    ensemble = repo_copy / "models/llama3-8b/ensemble/config.pbtxt"
+    _edit(ensemble, 'input_map { key: "input_lengths" value: "_REQUEST_INPUT_LEN" }',
+          'input_map { key: "input_lengths" value: "_NO_SUCH_TENSOR" }')
+    result = run_cli("validate", str(repo_copy), "-o", "json")
+    assert result.exit_code == 1
+    errors = [f for f in _json(result)["findings"] if f["severity"] == "error"]
+    assert errors and all(f["path"] == "models/llama3-8b/ensemble/config.pbtxt" for f in errors)
+    assert any("_NO_SUCH_TENSOR" in f["message"] and f["model"] == "ensemble" for f in errors)
+    lines = ensemble.read_text().splitlines()
+    # The line shown is one that declares or uses a tensor the message names.
+    assert all(f["line"] and any(f"'{name}'" in f["message"] for name in
+                                 re.findall(r'"(\w+)"', lines[f["line"] - 1])) for f in errors)
+
+
+def test_malformed_pbtxt_is_an_error_with_line_and_column(run_cli, repo_copy: Path):
+    _edit(repo_copy / "models/image-classifier/image_classifier/config.pbtxt", "max_batch_size: 32",
+          "max_batch_size: thirty-two")
+    doc = _json(run_cli("validate", str(repo_copy), "-o", "json"))
+    bad = [f for f in doc["findings"] if f["path"] == "models/image-classifier/image_classifier/config.pbtxt"]
+    assert bad and bad[0]["severity"] == "error" and bad[0]["line"] == 4
+    assert doc["ok"] is False
+
+
+def test_wrong_max_batch_size_for_dynamic_batching_is_refused_like_triton(run_cli, repo_copy: Path):
+    _edit(repo_copy / "models/image-classifier/image_classifier/config.pbtxt", "max_batch_size: 32",
+          "max_batch_size: 0")
+    doc = _json(run_cli("validate", str(repo_copy), "-o", "json"))
+    assert any(f["model"] == "image_classifier" and "max_batch_size" in f["message"]
+               for f in doc["findings"] if f["severity"] == "error")
+
+
+def test_unknown_manifest_field_is_a_schema_error(run_cli, repo_copy: Path):
+    _edit(repo_copy / "base/triton/service.yaml", "  type: ClusterIP\n", "  type: ClusterIP\n  clusterIPs2: []\n")
+    doc = _json(run_cli("validate", str(repo_copy), "-o", "json"))
+    schema = [f for f in doc["findings"] if f["code"] == "SchemaInvalid"]
+    assert schema and all("clusterIPs2" in f["message"] for f in schema)
+    assert {f["object"] for f in schema} >= {"Service/triton/llama3-8b-triton", "Service/triton/text-embedder-triton"}
+
+
+@pytest.mark.parametrize("edit, code", [
+    (("overlays/llama3-8b/model/deployment.yaml", "image: nvcr.io/nvidia/tritonserver:24.12-trtllm-python-py3\n"
+      "          startupProbe", "image: nvcr.io/nvidia/tritonserver:latest\n          startupProbe"),
+     "practice.ImageTagNotPinned"),
+    (("overlays/llama3-8b/model/deployment.yaml", "image: nvcr.io/nvidia/tritonserver:24.12-trtllm-python-py3\n"
+      "          startupProbe", "image: nvcr.io/nvidia/tritonserver:24.12-py3\n          startupProbe"),
+     "practice.TRTLLMImage"),
+    (("clusters/production/models/text-embedder-a10g.yaml", "timeout: 15m", "timeout: 5m"),
+     "practice.ProgressDeadline"),
+    (("overlays/text-embedder/a10g/kustomization.yaml", "  - ../../gpus/a10g\n", ""), "practice.GPULimitMissing"),
+    (("clusters/production/models/image-classifier-l4.yaml", "    - name: platform\n",
+      "    - name: platfrom\n"), "FluxDependencyMissing"),
+    (("clusters/production/models/image-classifier-l4.yaml", "./overlays/image-classifier/l4",
+      "./overlays/image-classifier/l5"), "FluxPathInvalid"),
+    (("overlays/ensemble-pipeline/l4/kustomization.yaml", "../../gpus/l4", "../../gpus/l5"), "RenderFailed"),
+])
+def test_each_rule_fails_the_gate(run_cli, repo_copy: Path, edit, code):
+    _edit(repo_copy / edit[0], edit[1], edit[2])
+    result = run_cli("validate", str(repo_copy), "-o", "json")
+    assert result.exit_code == 1
+    assert code in _codes(_json(result))
+
+
+def test_two_overlays_of_one_model_in_one_cluster_collide(run_cli, repo_copy: Path):
+    models = repo_copy / "clusters/production/models"
+    (models / "image-classifier-t4.yaml").write_text(
+        (models / "image-classifier-l4.yaml").read_text().replace("l4", "t4"))
+    _edit(models / "kustomization.yaml", "  - image-classifier-l4.yaml\n",
+          "  - image-classifier-l4.yaml\n  - image-classifier-t4.yaml\n")
+    doc = _json(run_cli("validate", str(repo_copy), "-o", "json"))
+    dup = [f for f in doc["findings"] if f["code"] == "DuplicateObject"]
+    assert any(f["object"] == "Deployment/triton/image-classifier-triton" for f in dup)
+
+
+def test_github_output_annotates_files_and_writes_the_step_summary(run_cli, repo_copy: Path, tmp_path, monkeypatch):
+    _edit(repo_copy / "models/llama3-8b/ensemble/config.pbtxt", 'value: "_REQUEST_INPUT_LEN" }',
+          'value: "_NO_SUCH_TENSOR" }')
+    summary = tmp_path / "summary.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    result = run_cli("validate", str(repo_copy), "-o", "github")
+    assert result.exit_code == 1
+    errors = [ln for ln in result.stdout.splitlines() if ln.startswith("::error ")]
+    assert errors and errors[0].startswith("::error file=models/llama3-8b/ensemble/config.pbtxt,line=")
+    table = summary.read_text()
+    assert "kubectl triton validate: failed" in table and "| error |" in table
+
+
+def test_missing_repository_is_a_usage_error(run_cli, tmp_path):
+    result = run_cli("validate", str(tmp_path / "nope"))
+    assert result.exit_code == 2 and result.stderr.startswith("error: ") and "nope" in result.stderr
+    result = run_cli("validate", str(REPO), "--kubernetes-version", "0.9")
+    assert result.exit_code == 2
+
+
+def test_triton_flag_reports_tritons_own_message(run_cli, repo_copy: Path):
+    pytest.importorskip("kubectl_triton.tritonserver").find_install()
+    _edit(repo_copy / "models/text-embedder/text_embedder/config.pbtxt", "dims: [ 384 ]", "dims: [ 384, 0 ]")
+    doc = _json(run_cli("validate", str(repo_copy), "--triton", "-o", "json"))
+    triton = [f for f in doc["findings"] if f["code"] == "TritonLoadFailed"]
+    assert triton and triton[0]["model"] == "text_embedder"
+    assert "dimension" in triton[0]["message"].lower()
+
+
+def test_python_assembly_matches_the_pod_script(rendered, tmp_path):
+    docs = rendered["overlays/llama3-8b/h100-80gb"]
+    data = assembly.model_config_map(docs)["data"]
+    config = tmp_path / "config"
+    config.mkdir()
+    for key, value in data.items():
+        (config / key).write_text(value)
+    env = {**os.environ, "CONFIG_DIR": str(config), "ARTIFACTS_DIR": str(tmp_path / "none"),
+           "MODEL_REPOSITORY": str(tmp_path / "script")}
+    subprocess.run(["bash", str(REPO / "base/triton/assemble-model-repository.sh")], env=env, check=True,
+                   capture_output=True)
+    assembly.assemble(data, tmp_path / "python")
+
+    def tree(root: Path) -> dict[str, bytes | None]:
+        return {str(p.relative_to(root)): (p.read_bytes() if p.is_file() else None) for p in root.rglob("*")}
+
+    assert tree(tmp_path / "script") == tree(tmp_path / "python")
+
+
+def test_config_map_keys_cannot_escape_the_repository():
+    from kubectl_triton.errors import InputError
+
+    with pytest.raises(InputError):
+        assembly.key_to_path("..__..__etc__passwd")
