@@ -24,6 +24,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
 
+import pytest
+
 TOKEN = "test-token"
 
 # plural -> (group, version, kind, namespaced)
@@ -69,7 +71,8 @@ class FakeCluster:
     history_floor: int = 1000  # watches from an older resourceVersion get 410 Gone
     logs: dict[tuple[str, str, str, bool], str | Callable[[], str]] = field(default_factory=dict)
     proxy_targets: dict[tuple[str, str, int], str] = field(default_factory=dict)
-    forbidden: set[tuple[str, str]] = field(default_factory=set)  # (verb, plural) refused with 403
+    forbidden: set[tuple[str, str]] = field(default_factory=set)  # (verb, resource) refused with 403
+    forbidden_cluster_wide: set[tuple[str, str]] = field(default_factory=set)  # refused across namespaces only
     faults: list[tuple[str, int]] = field(default_factory=list)  # (path regex, status) served once each
     token: str | None = TOKEN
     requests: list[Request] = field(default_factory=list)
@@ -186,6 +189,7 @@ def _status(code: int, reason: str, message: str, kind: str | None = None) -> di
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # headers and body go out as separate writes; no 40 ms delayed-ACK stalls
     server: _Server
 
     def log_message(self, *args: object) -> None:  # quiet
@@ -265,7 +269,8 @@ class _Handler(BaseHTTPRequestHandler):
             return
         rbac_verb = "get" if verb in ("proxy", "log") else verb
         rbac_res = f"{plural}/{verb}" if verb in ("proxy", "log") else plural
-        if (rbac_verb, rbac_res) in cluster.forbidden:
+        if (rbac_verb, rbac_res) in cluster.forbidden or (
+                ns is None and (rbac_verb, rbac_res) in cluster.forbidden_cluster_wide):
             where = f'in the namespace "{ns}"' if ns else "at the cluster scope"
             self._send_json(403, _status(403, "Forbidden", f'{rbac_res} is forbidden: User "alice" cannot '
                                          f'{rbac_verb} resource "{rbac_res}" in API group "{group}" {where}',
@@ -401,7 +406,7 @@ class APIServer:
     def __init__(self, cluster: FakeCluster | None = None) -> None:
         self.cluster = cluster or FakeCluster()
         self._server = _Server(self.cluster)
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True)
 
     @property
     def url(self) -> str:
@@ -612,6 +617,16 @@ def kustomization(name: str, models: list[tuple[str, str]], *, ready: tuple[str,
                                        "message": ready[2], "lastTransitionTime": ts(-30),
                                        "observedGeneration": 1}],
                        "inventory": {"entries": entries}}}
+
+
+@pytest.fixture
+def api(tmp_path: Path):
+    """A running API server with a kubeconfig (`api.kubeconfig_path`, context namespace `triton`); the
+    test fails if the client sent any mutating request."""
+    with APIServer() as server:
+        server.kubeconfig_path = server.kubeconfig(tmp_path)
+        yield server
+        assert server.cluster.violations == [], f"mutating requests sent: {server.cluster.violations}"
 
 
 def healthy_model(cluster: FakeCluster, model: str, *, ns: str = NAMESPACE) -> dict:

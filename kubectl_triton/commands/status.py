@@ -63,6 +63,11 @@ class Collector:
         self._logs: dict[tuple, str] = {}
         self._probes: dict[tuple, Probe] = {}
 
+    @property
+    def scope_name(self) -> str:
+        """The namespace in scope, "" for all namespaces."""
+        return "" if self.namespace == "*" else self.namespace
+
     def selector(self, which: str | None) -> str | None:
         if which == "triton":
             return diag.TRITON_SELECTOR
@@ -234,7 +239,8 @@ def wait_for(collector: Collector, timeout_s: float, *, grace_s: float,
     try:
         while True:
             snap = Snapshot(**{f: informers[f].current() for f in SOURCES}, probing=collector.probe)
-            statuses = diag.diagnose(collector.enrich(snap), collector.models, unschedulable_grace_s=grace_s)
+            statuses = diag.diagnose(collector.enrich(snap), collector.models,
+                                    namespace=collector.scope_name, unschedulable_grace_s=grace_s)
             elapsed = clock() - start
             if on_progress:
                 on_progress(statuses, elapsed)
@@ -320,7 +326,7 @@ def command(ctx: click.Context, models: tuple[str, ...], namespace: str | None, 
                 line.clear()
     else:
         statuses = diag.diagnose(collector.enrich(collector.snapshot()), collector.models,
-                                 unschedulable_grace_s=grace_s)
+                                 namespace=collector.scope_name, unschedulable_grace_s=grace_s)
         timed_out = False
 
     if not statuses and output_format == "text":

@@ -203,10 +203,10 @@ def probe_targets(snapshot: Snapshot) -> list[tuple[str, str, int, list[str]]]:
 
 # -- diagnosis -------------------------------------------------------------------------------------------
 
-def diagnose(snapshot: Snapshot, models: Iterable[str] = (), *,
+def diagnose(snapshot: Snapshot, models: Iterable[str] = (), *, namespace: str = "",
              unschedulable_grace_s: float = UNSCHEDULABLE_GRACE_S) -> list[ModelStatus]:
     """A verdict per Triton Deployment in the snapshot (only `models` when given; a named model without
-    a Deployment is Unknown)."""
+    a Deployment is Unknown, reported in `namespace`)."""
     now = snapshot.now or datetime.now(timezone.utc)
     wanted = list(dict.fromkeys(models))
     results = []
@@ -219,8 +219,9 @@ def diagnose(snapshot: Snapshot, models: Iterable[str] = (), *,
         results.append(diagnose_model(dep, snapshot, now, unschedulable_grace_s))
     for name in wanted:
         if name not in seen:
-            results.append(ModelStatus(name, "", UNKNOWN, "-", None, [reason(
-                "DeploymentNotFound", f"no Triton Deployment for model {name!r} in scope", SEV_UNKNOWN)]))
+            results.append(ModelStatus(name, namespace, UNKNOWN, "-", None, [reason(
+                "DeploymentNotFound", f"no Triton Deployment for model {name!r} in "
+                + (f"namespace {namespace}" if namespace else "any namespace"), SEV_UNKNOWN)]))
     return results
 
 

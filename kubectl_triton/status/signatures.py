@@ -55,7 +55,8 @@ def match(text: str, *, container: str = "", pod: str = "",
         for sig in table:
             if sig.fallback != fallback:
                 continue
-            line = next((ln for ln in reversed(lines) if any(p.search(ln) for p in sig.patterns)), None)
+            # patterns in order of preference; for each, the last line it matches
+            line = next((ln for p in sig.patterns for ln in reversed(lines) if p.search(ln)), None)
             if line is None:
                 continue
             hits.append(Reason(sig.code, sig.message.format(line=quote_line(line), container=container, pod=pod),
