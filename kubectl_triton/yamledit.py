@@ -1,0 +1,98 @@
+"""Round-trip edits of user-maintained YAML (kustomization.yaml files) with ruamel.yaml: comments, key
+order, indentation and quoting of everything not edited survive byte for byte."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from .errors import InputError
+
+
+def _yaml(text: str, source: str) -> tuple[Any, Any]:
+    """A configured round-trip YAML instance and the loaded document of `text`."""
+    from ruamel.yaml import YAML
+    from ruamel.yaml.error import YAMLError
+    from ruamel.yaml.util import load_yaml_guess_indent
+
+    try:
+        _, indent, block_seq_indent = load_yaml_guess_indent(text)
+    except YAMLError as err:
+        raise InputError(f"{source}: invalid YAML: {str(err).splitlines()[0]}") from None
+    yaml = YAML(typ="rt")
+    yaml.preserve_quotes = True
+    yaml.width = 4096  # never re-wrap long lines
+    sequence = indent or 2
+    offset = block_seq_indent if block_seq_indent is not None else 0
+    yaml.indent(mapping=max(2, sequence - offset) if offset else sequence, sequence=sequence, offset=offset)
+    try:
+        doc = yaml.load(text)
+    except YAMLError as err:
+        raise InputError(f"{source}: invalid YAML: {str(err).splitlines()[0]}") from None
+    if doc is None:
+        from ruamel.yaml.comments import CommentedMap
+
+        doc = CommentedMap()
+    if not isinstance(doc, dict):
+        raise InputError(f"{source}: expected a mapping at the top level (a kustomization)")
+    return yaml, doc
+
+
+def _dump(yaml: Any, doc: Any) -> str:
+    import io
+
+    out = io.StringIO()
+    yaml.dump(doc, out)
+    return out.getvalue()
+
+
+def edit_resources(text: str, *, add: Iterable[str] = (), remove: Iterable[str] = (),
+                   source: str = "kustomization.yaml") -> str:
+    """`text` with `add` entries appended to `resources:` (those already listed are skipped) and `remove`
+    entries dropped. Returns `text` itself when nothing changes; everything else is kept as written."""
+    add, remove = [a for a in add], set(remove)
+    yaml, doc = _yaml(text, source)
+    resources = doc.get("resources")
+    if resources is None:
+        if not add:
+            return text
+        from ruamel.yaml.comments import CommentedSeq
+
+        resources = CommentedSeq()
+        doc["resources"] = resources
+    if not isinstance(resources, list):
+        raise InputError(f"{source}: 'resources' is not a list")
+    present = [str(r) for r in resources]
+    missing = [a for a in dict.fromkeys(add) if a not in present]
+    drop = [i for i, r in enumerate(present) if r in remove]
+    if not missing and not drop:
+        return text
+    for i in reversed(drop):
+        del resources[i]
+    for entry in missing:
+        _append(resources, entry)
+    return _dump(yaml, doc)
+
+
+def _append(seq: Any, entry: str) -> None:
+    """Append to a block sequence; full-line comments that followed the old last item stay below the list."""
+    last = len(seq) - 1
+    seq.append(entry)
+    if last < 0 or getattr(seq.fa, "flow_style", lambda: False)():
+        return
+    slot = seq.ca.items.get(last)
+    token = slot[0] if slot else None
+    value = getattr(token, "value", None)
+    if not value or "\n" not in value.rstrip("\n"):
+        return
+    eol, rest = value.split("\n", 1)
+    from ruamel.yaml.tokens import CommentToken
+
+    token.value = eol + "\n"
+    seq.ca.items[last + 1] = [CommentToken("\n" + rest, token.start_mark, None), None, None, None]
+
+
+def resources_of(text: str, source: str = "kustomization.yaml") -> list[str]:
+    """The `resources:` entries of a kustomization text."""
+    _, doc = _yaml(text, source)
+    return [str(r) for r in doc.get("resources") or []]
