@@ -16,6 +16,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "add-model": ("add_model", "Scaffold a model: config.pbtxt, metadata, overlays, Flux registration."),
     "check-models": ("check_models", "Check one Triton model repository folder."),
     "compat": ("compat", "Explain engine-to-GPU compatibility verdicts."),
+    "gpus": ("gpus", "GPU types in the cluster and which overlays can run there."),
+    "record-engine": ("record_engine", "Record a TensorRT-LLM engine's metadata for offline compat checks."),
     "render": ("render", "Render overlays with kustomize, as Flux would apply them."),
     "status": ("status", "Rollout health of Triton models in a cluster, with cause and fix."),
     "validate": ("validate", "Pull-request gate: render, schema-check and validate model configs."),

@@ -79,7 +79,8 @@ def _targets(root: Path, findings: list[Finding]) -> list[Target]:
     for overlay in repo.overlays(root):
         add(overlay)
     for cluster in repo.clusters(root):
-        add(cluster)
+        if repo.kustomization_file(cluster) is not None:
+            add(cluster)
     names = {(k.namespace, k.name) for k in repo.flux_kustomizations(root)}
     for ks in repo.flux_kustomizations(root):
         rel_file = repo.relative(root, ks.file)

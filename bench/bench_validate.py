@@ -1,0 +1,101 @@
+"""`kubectl triton validate` (static) against the naive per-overlay loop that Flux's example repository uses
+in CI (`kustomize build` piped into a schema validator; here `kubectl kustomize` + `kubernetes-validate
+--strict`), on generated repositories of 50 and 200 model overlays, measured side by side in one run.
+Goals: validate <= 0.5x the naive loop at 50 overlays; validate(200) <= 4.4x validate(50)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+
+
+def make_repo(dest: Path, count: int) -> list[Path]:
+    """A copy of this repository's base and GPU components plus `count` ONNX models, one overlay each."""
+    for part in ("base", "overlays/gpus", "overlays/artifacts"):
+        shutil.copytree(ROOT / part, dest / part)
+    template_model = ROOT / "models/image-classifier"
+    template_overlay = ROOT / "overlays/image-classifier"
+    gpus = ["t4", "l4", "a10g", "l40s", "a100-80gb", "h100-80gb"]
+    overlays = []
+    cluster = dest / "clusters/bench/models"
+    cluster.mkdir(parents=True)
+    entries = []
+    for i in range(count):
+        name, gpu = f"model-{i:03d}", gpus[i % len(gpus)]
+        shutil.copytree(template_model, dest / "models" / name)
+        (dest / "models" / name / "model.yaml").write_text(
+            (template_model / "model.yaml").read_text().replace("image-classifier", name))
+        for sub in ("model",):
+            shutil.copytree(template_overlay / sub, dest / "overlays" / name / sub)
+            kfile = dest / "overlays" / name / sub / "kustomization.yaml"
+            kfile.write_text(kfile.read_text().replace("image-classifier", name))
+            dfile = dest / "overlays" / name / sub / "deployment.yaml"
+            dfile.write_text(dfile.read_text().replace("image-classifier", name))
+        overlay = dest / "overlays" / name / gpu
+        overlay.mkdir()
+        (overlay / "kustomization.yaml").write_text(
+            (template_overlay / "l4/kustomization.yaml").read_text().replace("image-classifier", name)
+            .replace("gpus/l4", f"gpus/{gpu}"))
+        overlays.append(overlay)
+        (cluster / f"{name}.yaml").write_text(
+            (ROOT / "clusters/production/models/image-classifier-l4.yaml").read_text()
+            .replace("image-classifier-l4", f"{name}-{gpu}").replace("image-classifier/l4", f"{name}/{gpu}")
+            .replace("    - name: platform\n", ""))
+        entries.append(f"  - {name}.yaml\n")
+    (cluster / "kustomization.yaml").write_text(
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n" + "".join(entries))
+    infra = dest / "clusters/bench/infrastructure.yaml"
+    infra.write_text((ROOT / "clusters/production/infrastructure.yaml").read_text()
+                     .replace("./clusters/production/infrastructure", "./clusters/bench/models"))
+    return overlays
+
+
+def naive_loop(overlays: list[Path]) -> float:
+    start = time.perf_counter()
+    kubectl = shutil.which("kubectl")
+    validator = str(BIN / "kubernetes-validate")
+    for overlay in overlays:
+        built = subprocess.run([kubectl, "kustomize", "--load-restrictor", "LoadRestrictionsNone", str(overlay)],
+                               capture_output=True, check=True)
+        with tempfile.NamedTemporaryFile(suffix=".yaml") as fh:
+            fh.write(built.stdout)
+            fh.flush()
+            subprocess.run([validator, "--strict", "--quiet", "-k", "1.32.0", fh.name], capture_output=True,
+                           check=True)
+    return time.perf_counter() - start
+
+
+def plugin(repo: Path) -> float:
+    start = time.perf_counter()
+    proc = subprocess.run([str(BIN / "kubectl-triton"), "validate", str(repo), "-o", "json"], capture_output=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"validate failed on the generated repository: {proc.stdout[-2000:]!r}")
+    return time.perf_counter() - start
+
+
+def main() -> dict:
+    if shutil.which("kubectl") is None:
+        print("validate: skipped (kubectl missing)")
+        return {}
+    with tempfile.TemporaryDirectory() as tmp:
+        repo50, repo200 = Path(tmp) / "r50", Path(tmp) / "r200"
+        overlays50 = make_repo(repo50, 50)
+        make_repo(repo200, 200)
+        v50 = plugin(repo50)
+        naive50 = naive_loop(overlays50)
+        v200 = plugin(repo200)
+    print(f"validate: 50 overlays: kubectl triton validate {v50:6.2f}s, naive kustomize+kubernetes-validate loop "
+          f"{naive50:6.2f}s, ratio {v50 / naive50:.2f} (goal <= 0.5)")
+    print(f"validate: 200 overlays: {v200:6.2f}s, ratio 200/50 = {v200 / v50:.2f} (goal <= 4.4)")
+    return {"validate_vs_naive_50": v50 / naive50, "validate_200_over_50": v200 / v50}
+
+
+if __name__ == "__main__":
+    main()
