@@ -267,7 +267,11 @@ def check_options(opts: Options, facts: RepoFacts) -> None:
             raise InputError(f"{option} {dup[0]!r}: given more than once")
     if opts.backend == "tensorrtllm":
         _check_llm(opts)
-    elif opts.steps and opts.backend != "ensemble":
+    elif opts.llm != LlmOptions():
+        changed = next(f for f in LlmOptions.__dataclass_fields__ if getattr(opts.llm, f) != getattr(LlmOptions(), f))
+        option = "--no-streaming" if changed == "streaming" else "--" + changed.replace("_", "-")
+        raise InputError(f"{option}: only for --backend tensorrtllm")
+    if opts.steps and opts.backend != "ensemble":
         raise InputError("--step: only for --backend ensemble")
     if opts.backend == "ensemble" and not opts.steps:
         raise InputError("--step: an ensemble needs at least one step (an existing model)")

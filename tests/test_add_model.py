@@ -69,6 +69,8 @@ def test_invalid_names_are_refused_naming_the_rule(add, repo_copy, name, rule):
     (["--backend", "tensorrtllm", "--gpu", "h200", "--max-input-len", "9000"], "below --max-seq-len"),
     (["--backend", "tensorrtllm", "--gpu", "h200", "--quantization", "int3"], "--quantization 'int3'"),
     (["--backend", "tensorrtllm", "--gpu", "h200", "--artifact", "s3://b/p"], "not supported for tensorrtllm"),
+    (["--backend", "onnxruntime", "--gpu", "l4", "--tp", "2"], "--tp: only for --backend tensorrtllm"),
+    (["--backend", "python", "--gpu", "l4", "--step", "classifier"], "--step: only for --backend ensemble"),
     (["--backend", "ensemble", "--gpu", "l4"], "an ensemble needs at least one step"),
     (["--backend", "ensemble", "--gpu", "l4", "--step", "nope"], "--step 'nope': unknown model"),
     (["--backend", "ensemble", "--gpu", "l4", "--step", "ensemble"], "is an ensemble"),
@@ -237,3 +239,16 @@ def test_generated_configs_round_trip_through_tritons_schema():
     assert not core.model_transaction_policy.decoupled
     assert "streaming" not in [i.name for i in core.input]
     assert core.parameters["gpt_model_path"].string_value == "/artifacts/chat/engines/h200"
+
+
+def test_several_clusters_need_cluster_and_the_named_one_is_edited(add, repo_copy):
+    import shutil
+
+    shutil.copytree(repo_copy / "clusters/production", repo_copy / "clusters/staging")
+    result = add("resnet", *ONNX)
+    assert result.exit_code == 2 and "several clusters (production, staging)" in result.stderr
+    production = (repo_copy / KUSTOMIZATION).read_bytes()
+    assert add("resnet", *ONNX, "--cluster", "staging").exit_code == 0
+    assert (repo_copy / KUSTOMIZATION).read_bytes() == production
+    assert "- resnet-t4.yaml" in (repo_copy / "clusters/staging/models/kustomization.yaml").read_text()
+    assert (repo_copy / "clusters/staging/models/resnet-l4.yaml").is_file()
