@@ -297,7 +297,8 @@ def connect(kubeconfig: str | None = None, context: str | None = None,
     except (OSError, ValueError) as err:
         raise ClusterError(f"kubeconfig: {err}") from None
     # One quick retry on a refused connection, none on reads (a watch must never be replayed blindly).
-    cfg.retries = Retry(total=1, connect=1, read=0, status=0, redirect=0, backoff_factor=0.2)
+    cfg.retries = Retry(total=1, connect=1, read=0, status=0, redirect=0, backoff_factor=0.2,
+                        respect_retry_after_header=False)  # 429/5xx are retried in Kube._request
     return Kube(client.ApiClient(cfg), namespace or ctx_namespace or "default", ctx_name)
 
 

@@ -429,18 +429,24 @@ class APIServer:
     def kubeconfig(self, directory: Path, namespace: str | None = "triton", token: str = TOKEN,
                    context: str = "test") -> Path:
         """A kubeconfig file whose current context points at this server."""
-        ctx: dict = {"cluster": "test", "user": "alice"}
-        if namespace:
-            ctx["namespace"] = namespace
-        doc = {"apiVersion": "v1", "kind": "Config", "current-context": context,
-               "clusters": [{"name": "test", "cluster": {"server": self.url}}],
-               "users": [{"name": "alice", "user": {"token": token}}],
-               "contexts": [{"name": context, "context": ctx},
-                            {"name": "other", "context": {"cluster": "test", "user": "alice",
-                                                          "namespace": "other"}}]}
-        path = directory / "kubeconfig"
-        path.write_text(json.dumps(doc))
-        return path
+        return write_kubeconfig(directory, self.url, namespace=namespace, token=token, context=context)
+
+
+def write_kubeconfig(directory: Path, url: str, *, namespace: str | None = "triton", token: str = TOKEN,
+                     context: str = "test") -> Path:
+    """A kubeconfig with contexts `context` (current; namespace `namespace`) and `other` (namespace other)."""
+    ctx: dict = {"cluster": "test", "user": "alice"}
+    if namespace:
+        ctx["namespace"] = namespace
+    doc = {"apiVersion": "v1", "kind": "Config", "current-context": context,
+           "clusters": [{"name": "test", "cluster": {"server": url}}],
+           "users": [{"name": "alice", "user": {"token": token}}],
+           "contexts": [{"name": context, "context": ctx},
+                        {"name": "other", "context": {"cluster": "test", "user": "alice", "namespace": "other"}}]}
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"kubeconfig-{abs(hash((url, namespace, token, context))) % 10**8}"
+    path.write_text(json.dumps(doc))
+    return path
 
 
 # -- objects shaped like a real cluster's --------------------------------------------------------------
