@@ -254,6 +254,8 @@ def check_options(opts: Options, facts: RepoFacts) -> None:
         if value is not None and value < low:
             raise InputError(f"{option} {value}: must be at least {low}")
     mbs = opts.max_batch_size
+    if mbs is None and opts.backend != "ensemble":
+        mbs = 64 if opts.backend == "tensorrtllm" else 8
     for size in opts.preferred_batch_sizes:
         if size < 1 or (mbs is not None and size > mbs):
             raise InputError(f"--preferred-batch-size {size}: must be between 1 and --max-batch-size "
@@ -294,6 +296,8 @@ def _check_llm(opts: Options) -> None:
     if len(f"{opts.name}-{opts.gpus[0]}-engine-build") > 63:
         raise InputError(f"NAME {opts.name!r}: the Job '{opts.name}-{opts.gpus[0]}-engine-build' would exceed "
                          "63 characters (a label value); use a shorter NAME")
+    if opts.max_batch_size == 0:
+        raise InputError("--max-batch-size 0: in-flight batching needs a tensorrtllm max_batch_size of at least 1")
     for option, value, allowed in (("--model-family", llm.model_family, MODEL_FAMILIES),
                                    ("--dtype", llm.dtype, DTYPES),
                                    ("--quantization", llm.quantization, QUANTIZATIONS),

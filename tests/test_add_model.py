@@ -68,6 +68,8 @@ def test_invalid_names_are_refused_naming_the_rule(add, repo_copy, name, rule):
     (["--backend", "tensorrtllm", "--gpu", "h200", "--gpu", "h100-80gb"], "takes one GPU type"),
     (["--backend", "tensorrtllm", "--gpu", "h200", "--max-input-len", "9000"], "below --max-seq-len"),
     (["--backend", "tensorrtllm", "--gpu", "h200", "--quantization", "int3"], "--quantization 'int3'"),
+    (["--backend", "tensorrtllm", "--gpu", "h200", "--preferred-batch-size", "128"], "--preferred-batch-size 128"),
+    (["--backend", "tensorrtllm", "--gpu", "h200", "--max-batch-size", "0"], "in-flight batching"),
     (["--backend", "tensorrtllm", "--gpu", "h200", "--artifact", "s3://b/p"], "not supported for tensorrtllm"),
     (["--backend", "onnxruntime", "--gpu", "l4", "--tp", "2"], "--tp: only for --backend tensorrtllm"),
     (["--backend", "python", "--gpu", "l4", "--step", "classifier"], "--step: only for --backend ensemble"),
