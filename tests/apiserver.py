@@ -110,7 +110,7 @@ class FakeCluster:
         """Forget the watch history, as etcd compaction does: older resourceVersions get 410."""
         with self.lock:
             self.history.clear()
-            self.history_floor = self.rv
+            self.history_floor = self.rv + 1
 
     def count(self, verb: str | None = None, resource: str | None = None) -> int:
         return sum(1 for r in self.requests if (verb is None or r.verb == verb)
