@@ -197,3 +197,33 @@ def test_one_log_read_per_failing_container_and_none_for_healthy(run_cli, api): 
     run(run_cli, api)
     logs = [r for r in api.cluster.requests if r.verb == "log"]
     assert len(logs) == 1 and p["metadata"]["name"] in logs[0].path and "previous" not in logs[0].path
+
+
+def test_shipped_clusterrole_covers_every_request_and_nothing_more(run_cli, api):  # noqa: F811
+    """Every request a status run makes (lists, watches, a log, a probe) is allowed by rbac/clusterrole.yaml,
+    and the role grants only read verbs."""
+    from pathlib import Path
+
+    from kubectl_triton import yamlio
+    from tests.apiserver import KINDS, crashed
+
+    healthy_model(api.cluster, "ok")
+    c = crashed()
+    p = pod(MODEL, ready=False, started=False, state=c["state"], last_state=c["last_state"], restarts=5)
+    api.cluster.apply(deployment(MODEL, ready=0), p, kustomization("apps", [(NAMESPACE, MODEL)]))
+    api.cluster.logs[(NAMESPACE, p["metadata"]["name"], "tritonserver", True)] = "boom\n"
+    run_cli("status", "--kubeconfig", str(api.kubeconfig_path), "--wait", "--timeout", "5s")
+    used = set()
+    for r in api.cluster.requests:
+        group = KINDS[r.resource][0]
+        if r.verb in ("log", "proxy"):
+            used.add(("get", group, f"{r.resource}/{r.verb}"))
+        else:
+            used.add((r.verb, group, r.resource))
+    assert {v for v, _, _ in used} == {"get", "list", "watch"} and ("get", "", "pods/proxy") in used
+
+    role = yamlio.load_all(Path(__file__).resolve().parents[1] / "rbac" / "clusterrole.yaml")[0]
+    allowed = {(v, g, res) for rule in role["rules"] for v in rule["verbs"] for g in rule["apiGroups"]
+               for res in rule["resources"]}
+    assert used - allowed == set()
+    assert {v for v, _, _ in allowed} <= {"get", "list", "watch"}
