@@ -254,3 +254,19 @@ def test_several_clusters_need_cluster_and_the_named_one_is_edited(add, repo_cop
     assert (repo_copy / KUSTOMIZATION).read_bytes() == production
     assert "- resnet-t4.yaml" in (repo_copy / "clusters/staging/models/kustomization.yaml").read_text()
     assert (repo_copy / "clusters/staging/models/resnet-l4.yaml").is_file()
+
+
+def test_failure_while_staging_leaves_no_temporary_folder(add, repo_copy, monkeypatch):
+    before = snapshot(repo_copy)
+    opened = []
+
+    def flaky_open(path, *args, **kwargs):
+        opened.append(path)
+        if len(opened) == 3:
+            raise OSError(30, "Read-only file system")
+        return open(path, *args, **kwargs)
+
+    monkeypatch.setattr(scaffold, "open", flaky_open, raising=False)
+    result = add("resnet", *ONNX)
+    assert result.exit_code == 2 and "Read-only file system; nothing was changed" in result.stderr
+    assert snapshot(repo_copy) == before
