@@ -307,7 +307,7 @@ def command(ctx: click.Context, models: tuple[str, ...], namespace: str | None, 
     output_format = output_format or obj.get("output") or "text"
     if output_format not in ("text", "json"):
         raise InputError(f"status supports -o text or -o json, not {output_format}")
-    if all_namespaces and (namespace or obj.get("namespace")) and namespace is not None:
+    if all_namespaces and namespace is not None:
         raise click.UsageError("pass either -n NAMESPACE or -A, not both")
     timeout_s = parse_duration(timeout)
     grace_s = parse_duration(unschedulable_grace)

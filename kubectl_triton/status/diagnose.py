@@ -434,14 +434,14 @@ def _flux_reasons(k: dict) -> list[Reason]:
     if ready and ready.get("status") == "False":
         rsn = ready.get("reason", "")
         if rsn in _FLUX_PROGRESSING:
-            sev, terminal = SEV_PROGRESSING, False
+            sev, terminal, situation = SEV_PROGRESSING, False, "flux-reconciling"
         else:
-            sev, terminal = SEV_FAILED, rsn not in _FLUX_RETRYING
+            sev, terminal, situation = SEV_FAILED, rsn not in _FLUX_RETRYING, None
         out.append(reason("FluxNotReady", f"{ref} is not ready ({rsn}): {_first_line(ready.get('message'))}",
-                          sev, terminal=terminal))
+                          sev, terminal=terminal, situation=situation))
     elif ready and ready.get("status") == "Unknown":
         out.append(reason("FluxNotReady", f"{ref} is reconciling ({ready.get('reason', '')}): "
-                          f"{_first_line(ready.get('message'))}", SEV_PROGRESSING))
+                          f"{_first_line(ready.get('message'))}", SEV_PROGRESSING, situation="flux-reconciling"))
     applied, attempted = status.get("lastAppliedRevision"), status.get("lastAttemptedRevision")
     if attempted and attempted != applied:
         failed = bool(ready) and ready.get("status") == "False" and ready.get("reason") not in _FLUX_PROGRESSING

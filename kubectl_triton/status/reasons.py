@@ -42,6 +42,13 @@ FIXES: dict[str, str] = {
 }
 
 
-def reason(code: str, message: str, severity: str, *, terminal: bool = False) -> Reason:
-    """A Reason for a catalog code."""
-    return Reason(code, message, FIXES[code], severity, terminal)
+# Fixes for a code in a situation that needs a different advice than the code's usual one.
+SITUATION_FIXES: dict[str, str] = {
+    "flux-reconciling": "Nothing to change yet: Flux is applying the revision (`status --wait` follows it); if it "
+                        "stays so for long, `flux events --for Kustomization/NAME` shows what it waits for.",
+}
+
+
+def reason(code: str, message: str, severity: str, *, terminal: bool = False, situation: str | None = None) -> Reason:
+    """A Reason for a catalog code (with the fix for `situation` when given)."""
+    return Reason(code, message, SITUATION_FIXES[situation] if situation else FIXES[code], severity, terminal)
