@@ -231,7 +231,8 @@ class _Handler(BaseHTTPRequestHandler):
         cluster = self.server.cluster
         url = urlsplit(self.path)
         query = {k: v[-1] for k, v in parse_qs(url.query).items()}
-        if cluster.token and self.headers.get("Authorization") != f"Bearer {cluster.token}":
+        scheme, _, token = (self.headers.get("Authorization") or "").partition(" ")
+        if cluster.token and (scheme.lower() != "bearer" or token != cluster.token):  # scheme is case-insensitive
             self._send_json(401, _status(401, "Unauthorized", "Unauthorized"))
             return
         if url.path == "/version":
@@ -403,14 +404,27 @@ class _Server(ThreadingHTTPServer):
 class APIServer:
     """`with APIServer() as api:` — a running server; `api.url`, `api.cluster`, `api.kubeconfig(dir)`."""
 
-    def __init__(self, cluster: FakeCluster | None = None) -> None:
+    def __init__(self, cluster: FakeCluster | None = None, *, tls: tuple[Path, Path] | None = None) -> None:
+        """`tls`: (certificate, key) files to serve HTTPS, as a real API server does."""
         self.cluster = cluster or FakeCluster()
         self._server = _Server(self.cluster)
+        self.scheme = "http"
+        if tls:
+            import ssl
+
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            ctx.load_cert_chain(str(tls[0]), str(tls[1]))
+            self._server.socket = ctx.wrap_socket(self._server.socket, server_side=True)
+            self.scheme = "https"
         self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True)
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
+        return f"{self.scheme}://127.0.0.1:{self.port}"
+
+    @property
+    def port(self) -> int:
+        return self._server.server_address[1]
 
     def __enter__(self) -> APIServer:
         self._thread.start()

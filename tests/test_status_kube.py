@@ -227,3 +227,40 @@ def test_shipped_clusterrole_covers_every_request_and_nothing_more(run_cli, api)
                for res in rule["resources"]}
     assert used - allowed == set()
     assert {v for v, _, _ in allowed} <= {"get", "list", "watch"}
+
+
+def test_in_cluster_service_account(run_cli, tmp_path, monkeypatch):
+    """In a pod (no kubeconfig): the service account's token, CA and namespace, over HTTPS."""
+    import shutil
+    import subprocess
+
+    import pytest
+    from kubernetes.config import incluster_config
+
+    from kubectl_triton import kube
+    from tests.apiserver import TOKEN, APIServer
+
+    if not shutil.which("openssl"):
+        pytest.skip("openssl is needed to make the test server's certificate")
+    cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out",
+                    str(cert), "-days", "1", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"],
+                   check=True, capture_output=True)
+    sa = tmp_path / "serviceaccount"
+    sa.mkdir()
+    (sa / "token").write_text(TOKEN)
+    (sa / "namespace").write_text("serving")
+    shutil.copy(cert, sa / "ca.crt")
+    monkeypatch.setattr(incluster_config, "SERVICE_TOKEN_FILENAME", str(sa / "token"))
+    monkeypatch.setattr(incluster_config, "SERVICE_CERT_FILENAME", str(sa / "ca.crt"))
+    monkeypatch.setattr(kube, "SA_NAMESPACE_FILE", sa / "namespace")
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    with APIServer(tls=(cert, key)) as server:
+        healthy_model(server.cluster, MODEL, ns="serving")
+        monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "127.0.0.1")
+        monkeypatch.setenv("KUBERNETES_SERVICE_PORT", str(server.port))
+        res = run_cli("status", "--no-probe", "-o", "json")
+        assert res.exit_code == 0, res.stderr
+        assert json.loads(res.stdout)["models"][0]["namespace"] == "serving"
+        assert server.cluster.violations == []
