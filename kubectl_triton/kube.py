@@ -89,8 +89,10 @@ class ProxyResponse:
 class Kube:
     """A connected client: the resolved default namespace plus thin GET helpers returning dicts."""
 
-    def __init__(self, api_client: Any, namespace: str, context: str | None = None) -> None:
+    def __init__(self, api_client: Any, namespace: str, context: str | None = None,
+                 request_timeout: float = REQUEST_TIMEOUT[1]) -> None:
         self.api = api_client
+        self.timeout = (min(REQUEST_TIMEOUT[0], request_timeout), request_timeout)
         self.namespace = namespace
         self.context = context
         self.requests = 0  # requests sent (retries included), for benchmarks and --verbose tools
@@ -102,15 +104,16 @@ class Kube:
     # -- the one place requests are sent and errors translated -------------------------------------
     def _request(self, path: str, query: list[tuple[str, str]] | None = None, *, verb: str,
                  what: str, namespace: str | None, stream: bool = False,
-                 timeout: tuple[float, float] = REQUEST_TIMEOUT, retry: bool = True,
+                 timeout: tuple[float, float] | None = None, retry: bool = True,
                  raw_errors: bool = False) -> Any:
         """GET `path`; return the urllib3 response (unread when `stream`). `verb`/`what`/`namespace`
-        name the request in errors. `raw_errors` returns non-2xx ApiExceptions instead of raising."""
+        name the request in errors. `raw_errors` returns a non-2xx answer as HttpError instead of raising."""
         from kubernetes.client.exceptions import ApiException
         from kubernetes.config.config_exception import ConfigException
-        from urllib3.exceptions import HTTPError, ProtocolError
+        from urllib3.exceptions import HTTPError, NewConnectionError, ProtocolError
         from urllib3.exceptions import TimeoutError as U3Timeout
 
+        timeout = timeout or self.timeout
         attempts = MAX_ATTEMPTS if retry else 1
         for attempt in range(1, attempts + 1):
             self.requests += 1
@@ -126,10 +129,12 @@ class Kube:
                 if raw_errors:
                     return HttpError(err.status, err.reason, err.body, err.headers)
                 raise _translate_status(err, verb, what, namespace, self) from None
-            except U3Timeout:
-                raise ClusterError(f"{verb} {what}: no answer from the Kubernetes API at {self.host} "
-                                   f"within {timeout[1]:g}s") from None
             except (HTTPError, ProtocolError, OSError) as err:
+                cause = getattr(err, "reason", None) or err  # MaxRetryError wraps the cause
+                # (NewConnectionError subclasses ConnectTimeoutError: a refused connection is no timeout)
+                if isinstance(cause, U3Timeout) and not isinstance(cause, NewConnectionError):
+                    raise ClusterError(f"{verb} {what}: no answer from the Kubernetes API at {self.host} "
+                                       f"within {timeout[1]:g}s") from None
                 raise ClusterError(f"cannot reach the Kubernetes API at {self.host}: {_root_cause(err)}",
                                    hint=self._context_hint()) from None
             except ConfigException as err:
@@ -194,7 +199,7 @@ class Kube:
         if resource_version:
             query.append(("resourceVersion", resource_version))
         resp = self._request(res.path(ns), query, verb="watch", what=res.display, namespace=ns, stream=True,
-                             timeout=(REQUEST_TIMEOUT[0], timeout_seconds + 15.0))
+                             timeout=(self.timeout[0], timeout_seconds + 15.0))
         from urllib3.exceptions import HTTPError
 
         pending = b""
@@ -236,7 +241,8 @@ class Kube:
         api_path = RESOURCES["pods"].path(namespace, f"{pod}:{port}", "proxy/" + path.lstrip("/"))
         try:
             resp = self._request(api_path, verb="get", what=f"pods/proxy {pod}", namespace=namespace,
-                                 timeout=(REQUEST_TIMEOUT[0], timeout), retry=False, raw_errors=True)
+                                 timeout=(self.timeout[0], min(timeout, self.timeout[1])), retry=False,
+                                 raw_errors=True)
         except ClusterError as err:
             return ProxyResponse(0, "", err.message)
         if isinstance(resp, HttpError):
@@ -257,7 +263,7 @@ class Kube:
 # -- construction ----------------------------------------------------------------------------------------
 
 def connect(kubeconfig: str | None = None, context: str | None = None,
-            namespace: str | None = None) -> Kube:
+            namespace: str | None = None, request_timeout: float = REQUEST_TIMEOUT[1]) -> Kube:
     """A client configured as kubectl would be: --kubeconfig (or $KUBECONFIG, colon-separated files
     merged), else ~/.kube/config, else the in-cluster service account. The namespace is the flag's,
     else the context's, else the pod's (in-cluster), else `default`."""
@@ -299,7 +305,7 @@ def connect(kubeconfig: str | None = None, context: str | None = None,
     # One quick retry on a refused connection, none on reads (a watch must never be replayed blindly).
     cfg.retries = Retry(total=1, connect=1, read=0, status=0, redirect=0, backoff_factor=0.2,
                         respect_retry_after_header=False)  # 429/5xx are retried in Kube._request
-    return Kube(client.ApiClient(cfg), namespace or ctx_namespace or "default", ctx_name)
+    return Kube(client.ApiClient(cfg), namespace or ctx_namespace or "default", ctx_name, request_timeout)
 
 
 def _read_sa_namespace() -> str | None:

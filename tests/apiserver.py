@@ -74,6 +74,7 @@ class FakeCluster:
     forbidden: set[tuple[str, str]] = field(default_factory=set)  # (verb, resource) refused with 403
     forbidden_cluster_wide: set[tuple[str, str]] = field(default_factory=set)  # refused across namespaces only
     faults: list[tuple[str, int]] = field(default_factory=list)  # (path regex, status) served once each
+    delays: list[tuple[str, float]] = field(default_factory=list)  # (path regex, seconds) before answering, once
     token: str | None = TOKEN
     requests: list[Request] = field(default_factory=list)
     violations: list[str] = field(default_factory=list)
@@ -263,6 +264,11 @@ class _Handler(BaseHTTPRequestHandler):
             fault = next(((rx, code) for rx, code in cluster.faults if re.search(rx, self.path)), None)
             if fault:
                 cluster.faults.remove(fault)
+            delay = next(((rx, s) for rx, s in cluster.delays if re.search(rx, self.path)), None)
+            if delay:
+                cluster.delays.remove(delay)
+        if delay:
+            time.sleep(delay[1])
         if fault:
             self._send_json(fault[1], _status(fault[1], "TooManyRequests" if fault[1] == 429 else
                                               "InternalError", f"injected fault {fault[1]}"),

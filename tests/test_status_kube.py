@@ -264,3 +264,15 @@ def test_in_cluster_service_account(run_cli, tmp_path, monkeypatch):
         assert res.exit_code == 0, res.stderr
         assert json.loads(res.stdout)["models"][0]["namespace"] == "serving"
         assert server.cluster.violations == []
+
+
+def test_request_timeout_is_one_line_exit_2(run_cli, api):  # noqa: F811
+    import time
+
+    healthy_model(api.cluster, MODEL)
+    api.cluster.delays.append((r"/deployments\?", 3.0))
+    t = time.monotonic()
+    res = run(run_cli, api, "--request-timeout", "0.5s")
+    assert res.exit_code == 2 and time.monotonic() - t < 2.5
+    assert res.stderr.splitlines()[0] == (f"error: list deployments.apps: no answer from the Kubernetes API at "
+                                          f"{api.url} within 0.5s")

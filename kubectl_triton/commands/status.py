@@ -285,6 +285,8 @@ def exit_code(statuses: list[ModelStatus], timed_out: bool) -> int:
 @click.option("--wait", is_flag=True, help="Watch until Healthy, or until a failure waiting cannot cure.")
 @click.option("--timeout", default="10m", show_default=True, help="How long --wait waits (30s, 5m, 1h).")
 @click.option("--no-probe", is_flag=True, help="Do not ask Triton itself (through the pod proxy).")
+@click.option("--request-timeout", default="30s", show_default=True,
+              help="How long one API request may take before the cluster counts as unreachable.")
 @click.option("--unschedulable-grace", default="60s", show_default=True,
               help="How long a pod may stay unschedulable before it counts as failed.")
 @click.option("-o", "--output", "output_format", type=click.Choice(["text", "json"]), default=None,
@@ -292,7 +294,7 @@ def exit_code(statuses: list[ModelStatus], timed_out: bool) -> int:
 @click.pass_context
 def command(ctx: click.Context, models: tuple[str, ...], namespace: str | None, all_namespaces: bool,
             kubeconfig: str | None, kube_context: str | None, wait: bool, timeout: str, no_probe: bool,
-            unschedulable_grace: str, output_format: str | None) -> None:
+            request_timeout: str, unschedulable_grace: str, output_format: str | None) -> None:
     """Rollout health of Triton MODELs (default: every Triton Deployment in scope), with cause and fix.
 
     \b
@@ -311,8 +313,11 @@ def command(ctx: click.Context, models: tuple[str, ...], namespace: str | None, 
         raise click.UsageError("pass either -n NAMESPACE or -A, not both")
     timeout_s = parse_duration(timeout)
     grace_s = parse_duration(unschedulable_grace)
+    request_timeout_s = parse_duration(request_timeout)
+    if request_timeout_s <= 0:
+        raise click.BadParameter("must be positive", param_hint="--request-timeout")
     kube = kube_mod.connect(kubeconfig or obj.get("kubeconfig"), kube_context or obj.get("context"),
-                            namespace or obj.get("namespace"))
+                            namespace or obj.get("namespace"), request_timeout=request_timeout_s)
     scope = kube_mod.ALL_NAMESPACES if all_namespaces else kube.namespace
     collector = Collector(kube, scope, tuple(dict.fromkeys(models)), probe=not no_probe)
 
