@@ -106,3 +106,24 @@ def test_wait_turns_healthy_when_triton_is_ready(run_cli, api, servers):  # noqa
     res = run_cli("status", "--kubeconfig", str(api.kubeconfig_path), "--wait", "--timeout", "30s", "-o", "json")
     assert res.exit_code == 0, res.stdout
     assert json.loads(res.stdout)["healthy"] is True
+
+
+def test_wait_asks_triton_again_until_it_answers(run_cli, api, servers, monkeypatch):  # noqa: F811
+    """A pod reported ready before the proxy can reach Triton is probed again, not judged once."""
+    from kubectl_triton.commands import status as status_cmd
+
+    monkeypatch.setattr(status_cmd, "REPROBE_S", 0.5)
+    ok, _ = servers
+    p = healthy_model(api.cluster, "resnet50")
+    target = (NAMESPACE, p["metadata"]["name"], 8000)
+
+    def reachable() -> None:
+        time.sleep(1.0)
+        api.cluster.proxy_targets[target] = ok.http_url
+
+    threading.Thread(target=reachable, daemon=True).start()
+    t = time.monotonic()
+    res = run_cli("status", "--kubeconfig", str(api.kubeconfig_path), "--wait", "--timeout", "20s", "-o", "json")
+    assert res.exit_code == 0, res.stdout
+    assert time.monotonic() - t < 5
+    assert api.cluster.count("list") == 5  # re-probing needs no new lists

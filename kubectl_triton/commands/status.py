@@ -27,6 +27,7 @@ from ..status import diagnose as diag
 LOG_TAIL_LINES = 60
 WATCH_TIMEOUT_S = 300
 TICK_S = 1.0  # re-evaluate time-based graces this often while waiting (no API request involved)
+REPROBE_S = 5.0  # while waiting, a pod whose Triton was not (yet) ready is asked again after this long
 
 # Snapshot field -> (resource, label selector?, field selector, namespaced-in-scope?)
 SOURCES: dict[str, tuple[str, str | None, str | None, bool]] = {
@@ -61,7 +62,7 @@ class Collector:
         self.probe = probe
         self.flux_namespace: str | None = None  # None: all namespaces
         self._logs: dict[tuple, str] = {}
-        self._probes: dict[tuple, Probe] = {}
+        self._probes: dict[tuple, tuple[Probe, float]] = {}
 
     @property
     def scope_name(self) -> str:
@@ -118,9 +119,10 @@ class Collector:
             by_name = {(p["metadata"]["namespace"], p["metadata"]["name"]): p for p in snap.pods}
             for ns, name, port, models in diag.probe_targets(snap):
                 key = _probe_key(by_name[(ns, name)])
-                if key not in self._probes:
-                    self._probes[key] = probe_triton(self.kube, ns, name, port, models)
-                snap.probes[(ns, name)] = self._probes[key]
+                cached = self._probes.get(key)
+                if cached is None or (not _probe_ok(cached[0]) and time.monotonic() - cached[1] >= REPROBE_S):
+                    self._probes[key] = cached = (probe_triton(self.kube, ns, name, port, models), time.monotonic())
+                snap.probes[(ns, name)] = cached[0]
         return snap
 
 
@@ -131,6 +133,10 @@ def _probe_key(pod: dict) -> tuple:
           status.get("containerStatuses") or []]
     ready = next((c.get("status") for c in status.get("conditions") or [] if c.get("type") == "Ready"), None)
     return (pod["metadata"].get("uid"), pod["metadata"]["name"], ready, tuple(cs))
+
+
+def _probe_ok(probe: Probe) -> bool:
+    return probe.error is None and probe.server_ready is True and all(m.ready for m in probe.models)
 
 
 def _triton_error(body: str) -> str | None:
@@ -244,6 +250,8 @@ def wait_for(collector: Collector, timeout_s: float, *, grace_s: float,
             elapsed = clock() - start
             if on_progress:
                 on_progress(statuses, elapsed)
+            if not statuses and not collector.models:
+                return statuses, False  # nothing in scope to wait for
             if statuses and all(s.phase == HEALTHY for s in statuses):
                 return statuses, False
             if any(s.terminal for s in statuses):
