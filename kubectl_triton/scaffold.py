@@ -798,8 +798,8 @@ def model_files(opts: Options, facts: RepoFacts) -> dict[str, str]:
         }
         for model in LLM_MODELS:
             files[f"{model}/config.pbtxt"] = _dump(configs[model], comments[model])
-            if model in ("preprocessing", "postprocessing"):
-                files[f"{model}/1/model.py"] = _template(f"tensorrtllm_{model}.py")
+            if model in ("preprocessing", "postprocessing"):  # llama3-8b's model.py, as .tmpl: not linted
+                files[f"{model}/1/model.py"] = _template(f"tensorrtllm_{model}.py.tmpl")
         return files
     if opts.backend == "ensemble":
         config = ensemble_config(opts, facts.members)
