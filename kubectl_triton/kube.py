@@ -59,6 +59,7 @@ class Resource:
 
 RESOURCES: dict[str, Resource] = {
     "pods": Resource("pods", "", "v1"),
+    "nodes": Resource("nodes", "", "v1", namespaced=False),
     "events": Resource("events", "", "v1"),
     "deployments": Resource("deployments", "apps", "v1"),
     "horizontalpodautoscalers": Resource("horizontalpodautoscalers", "autoscaling", "v2"),

@@ -33,6 +33,7 @@ KINDS: dict[str, tuple[str, str, str, bool]] = {
     "pods": ("", "v1", "Pod", True),
     "events": ("", "v1", "Event", True),
     "namespaces": ("", "v1", "Namespace", False),
+    "nodes": ("", "v1", "Node", False),
     "deployments": ("apps", "v1", "Deployment", True),
     "replicasets": ("apps", "v1", "ReplicaSet", True),
     "horizontalpodautoscalers": ("autoscaling", "v2", "HorizontalPodAutoscaler", True),
@@ -164,11 +165,12 @@ def label_match(selector: str | None, labels: dict) -> bool:
 
 def field_match(selector: str | None, obj: dict) -> bool:
     for term in _split_selector(selector or ""):
-        key, value = term.replace("==", "=").split("=", 1)
+        negate = "!=" in term
+        key, value = term.replace("!=", "=").replace("==", "=").split("=", 1)
         cur: object = obj
         for part in key.strip().split("."):
             cur = cur.get(part) if isinstance(cur, dict) else None
-        if str(cur if cur is not None else "") != value.strip():
+        if (str(cur if cur is not None else "") == value.strip()) == negate:
             return False
     return True
 
@@ -443,7 +445,11 @@ class APIServer:
         self._server.stopping = True
         with self.cluster.lock:
             self.cluster.lock.notify_all()
-        self._server.shutdown()
+        if self._thread.is_alive():
+            # shutdown() waits for serve_forever(); never let a wedged accept hang the whole suite.
+            stopper = threading.Thread(target=self._server.shutdown, daemon=True)
+            stopper.start()
+            stopper.join(timeout=5)
         self._server.server_close()
 
     def kubeconfig(self, directory: Path, namespace: str | None = "triton", token: str = TOKEN,
