@@ -5,6 +5,8 @@ The checks themselves are pure (checks/*, schemas, compat); this module only gat
 from __future__ import annotations
 
 import hashlib
+import importlib
+import importlib.util
 import json
 import tempfile
 from collections import defaultdict
@@ -18,6 +20,9 @@ from .errors import RenderError, TritonCtlError
 from .findings import ERROR, WARNING, Finding
 
 INSTANCE_LABEL = "app.kubernetes.io/instance"
+# Repository-wide checks with the signature check(root: Path, targets: list[Target]) -> list[Finding],
+# run when their module exists.
+REPO_CHECKS = ("kubectl_triton.checks.security", "kubectl_triton.checks.routes")
 
 
 @dataclass
@@ -64,6 +69,9 @@ def validate_repo(root: Path, options: Options | None = None,
     findings += _model_findings(root, rendered, options)
     if options.compat:
         findings += _compat_findings(root, rendered)
+    for module_name in REPO_CHECKS:
+        if importlib.util.find_spec(module_name) is not None:
+            findings += importlib.import_module(module_name).check(root, rendered)
     return _dedupe(findings)
 
 
