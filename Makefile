@@ -28,5 +28,9 @@ render: install
 bench: install
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python bench/run.py
 
+# Property-based tests with many more examples than `make test` runs.
+fuzz: install
+	KUBECTL_TRITON_FUZZ_EXAMPLES=10000 $(BIN)/python -m pytest -q tests -k fuzz -p no:cacheprovider
+
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .ruff_cache
