@@ -86,7 +86,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> list[Run]:
     return _single_model_runs(tmp) + _ensemble_runs(tmp)
 
 
-def test_conformance_share(runs: list[Run], record_property) -> None:
+def test_conformance_share(runs: list[Run], record_property, capsys) -> None:
     agreed = [r for r in runs if r.agrees]
     share = len(agreed) / len(runs)
     figures = (f"static conformance: {len(agreed)}/{len(runs)} runs agree with Triton "
@@ -96,7 +96,8 @@ def test_conformance_share(runs: list[Run], record_property) -> None:
                f"{sum(r.agrees for r in runs if r.case.startswith('ensemble/'))}/"
                f"{sum(r.case.startswith('ensemble/') for r in runs)}")
     misses = [f"  {r.case}: expected {r.expected!r}, got {r.errors!r}" for r in runs if not r.agrees]
-    print("\n" + figures + ("\n" + "\n".join(misses) if misses else ""))
+    with capsys.disabled():  # the figures belong in every test run's output
+        print("\n" + figures + ("\n" + "\n".join(misses) if misses else ""))
     record_property("conformance_static", figures)
     assert len(runs) > 150, "the conformance set looks truncated"
     assert share >= TARGET, figures + "\n" + "\n".join(misses)
