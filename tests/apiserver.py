@@ -3,16 +3,22 @@ benchmarks of the cluster commands with the real `kubernetes` client.
 
 It serves lists (with resourceVersion), single objects, `?watch=true` streams (chunked, one JSON event per
 line, 410 Gone for expired versions), `pods/NAME/log`, `pods/NAME:PORT/proxy/...` (forwarded to a real
-server on loopback, e.g. tritonserver), and custom objects (Flux). It counts every request and records
+server on loopback, e.g. tritonserver), `pods/NAME/portforward?ports=P` (a websocket speaking
+v4.channel.k8s.io, bridged to the same `proxy_targets`), and custom objects (Flux). It counts every request and records
 any mutating verb (POST/PUT/PATCH/DELETE) as a violation, answering 405. Also: objects shaped like a real
 cluster's (Deployments, Pods, Events, HPAs, Flux Kustomizations), to build scenarios from.
 """
 
 from __future__ import annotations
 
+import base64
+import contextlib
 import copy
+import hashlib
 import json
 import re
+import socket
+import struct
 import threading
 import time
 import urllib.error
@@ -255,6 +261,8 @@ class _Handler(BaseHTTPRequestHandler):
         name = unquote(name) if name else None
         if sub and sub.startswith("proxy"):
             verb = "proxy"
+        elif sub == "portforward":
+            verb = "portforward"
         elif sub == "log":
             verb = "log"
         elif name:
@@ -276,8 +284,8 @@ class _Handler(BaseHTTPRequestHandler):
                                               "InternalError", f"injected fault {fault[1]}"),
                             {"Retry-After": "0"} if fault[1] == 429 else None)
             return
-        rbac_verb = "get" if verb in ("proxy", "log") else verb
-        rbac_res = f"{plural}/{verb}" if verb in ("proxy", "log") else plural
+        rbac_verb = {"proxy": "get", "log": "get", "portforward": "create"}.get(verb, verb)
+        rbac_res = f"{plural}/{verb}" if verb in ("proxy", "log", "portforward") else plural
         if (rbac_verb, rbac_res) in cluster.forbidden or (
                 ns is None and (rbac_verb, rbac_res) in cluster.forbidden_cluster_wide):
             where = f'in the namespace "{ns}"' if ns else "at the cluster scope"
@@ -287,6 +295,8 @@ class _Handler(BaseHTTPRequestHandler):
             return
         if verb == "proxy":
             self._proxy(ns, name, sub[len("proxy"):], url.query)
+        elif verb == "portforward":
+            self._portforward(ns, name, query)
         elif verb == "log":
             self._log(ns, name, query)
         elif verb == "get":
@@ -397,6 +407,117 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_text(err.code, err.read().decode(), err.headers.get("Content-Type", "text/plain"))
         except OSError as err:
             self._send_json(503, _status(503, "ServiceUnavailable", f"error trying to reach service: {err}"))
+
+
+    # -- pods/portforward: a websocket with channels 0 (data) and 1 (error) for the one port ------------
+    def _portforward(self, ns: str, name: str, query: dict) -> None:
+        cluster = self.server.cluster
+        protocols = [p.strip() for p in (self.headers.get("Sec-WebSocket-Protocol") or "").split(",")]
+        if (self.headers.get("Upgrade") or "").lower() != "websocket" or "v4.channel.k8s.io" not in protocols:
+            self._send_json(400, _status(400, "BadRequest", "Upgrade request required"))
+            return
+        with cluster.lock:
+            known = (ns, name) in cluster.objects["pods"]
+        if not known:
+            self._send_json(404, _status(404, "NotFound", f'pods "{name}" not found', "pods"))
+            return
+        try:
+            port = int(query.get("ports", ""))
+        except ValueError:
+            self._send_json(400, _status(400, "BadRequest", "query parameter ports is required"))
+            return
+        key = self.headers["Sec-WebSocket-Key"].strip()
+        accept = base64.b64encode(hashlib.sha1((key + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11").encode()).digest())
+        self.send_response(101, "Switching Protocols")
+        self.send_header("Upgrade", "websocket")
+        self.send_header("Connection", "Upgrade")
+        self.send_header("Sec-WebSocket-Accept", accept.decode())
+        self.send_header("Sec-WebSocket-Protocol", "v4.channel.k8s.io")
+        self.end_headers()
+        self.wfile.flush()
+        self.close_connection = True
+        sock, wlock = self.connection, threading.Lock()
+
+        def send(opcode: int, payload: bytes) -> None:
+            n = len(payload)
+            head = bytes([0x80 | opcode]) + (bytes([n]) if n < 126 else struct.pack("!BH", 126, n)
+                                             if n < 65536 else struct.pack("!BQ", 127, n))
+            with wlock:
+                sock.sendall(head + payload)
+
+        port_bytes = struct.pack("<H", port)
+        send(2, b"\x00" + port_bytes)
+        send(2, b"\x01" + port_bytes)
+        target = cluster.proxy_targets.get((ns, name, port))
+        upstream = None
+        if target is not None:
+            with contextlib.suppress(OSError):
+                parts = urlsplit(target)
+                upstream = socket.create_connection((parts.hostname, parts.port), timeout=5)
+        if upstream is None:
+            send(2, b"\x01" + f"error forwarding port {port} to pod {name}: connection refused".encode())
+            send(8, struct.pack("!H", 1000))
+            return
+        upstream.settimeout(None)
+
+        def pump_up() -> None:  # pod -> client
+            try:
+                while True:
+                    data = upstream.recv(65536)
+                    if not data:
+                        break
+                    send(2, b"\x00" + data)
+            except OSError:
+                pass
+            with contextlib.suppress(OSError):
+                send(8, struct.pack("!H", 1000))
+                sock.shutdown(socket.SHUT_WR)
+
+        threading.Thread(target=pump_up, daemon=True).start()
+        sock.settimeout(0.5)
+        buf = b""
+
+        def read(n: int) -> bytes:
+            nonlocal buf
+            while len(buf) < n:
+                if self.server.stopping:
+                    raise OSError("server stopping")
+                try:
+                    chunk = sock.recv(65536)
+                except socket.timeout:
+                    continue
+                if not chunk:
+                    raise OSError("client closed")
+                buf += chunk
+            out, buf = buf[:n], buf[n:]
+            return out
+
+        try:
+            while True:
+                b0, b1 = read(2)
+                opcode, n = b0 & 0x0F, b1 & 0x7F
+                if n == 126:
+                    n = struct.unpack("!H", read(2))[0]
+                elif n == 127:
+                    n = struct.unpack("!Q", read(8))[0]
+                mask = read(4) if b1 & 0x80 else b"\0\0\0\0"
+                data = read(n)
+                if b1 & 0x80 and n:
+                    key = (mask * (n // 4 + 1))[:n]
+                    data = (int.from_bytes(data, "big") ^ int.from_bytes(key, "big")).to_bytes(n, "big")
+                payload = data
+                if opcode == 8:
+                    break
+                if opcode == 9:
+                    send(10, payload)
+                elif opcode in (0, 2) and payload[:1] == b"\x00" and len(payload) > 1:
+                    upstream.sendall(payload[1:])
+        except OSError:
+            pass
+        finally:
+            with contextlib.suppress(OSError):
+                upstream.shutdown(socket.SHUT_RDWR)
+            upstream.close()
 
 
 class _Server(ThreadingHTTPServer):
