@@ -35,3 +35,15 @@ def load_all(path: Path) -> list[Any]:
 def dump_all(docs: list[Any]) -> str:
     """Documents as a YAML stream in kubectl's style (block style, keys in given order)."""
     return yaml.safe_dump_all(docs, sort_keys=False, default_flow_style=False)
+
+
+def read_json(path: Path) -> Any:
+    """A JSON file; unreadable or malformed files raise InputError naming it."""
+    import json
+
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except OSError as err:
+        raise InputError(f"{path}: cannot read: {err.strerror or err}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise InputError(f"{path}: invalid JSON: {err}") from None

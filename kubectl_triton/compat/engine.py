@@ -3,13 +3,13 @@ the build-info.json the engine-build Job writes. Pure parsers plus one thin dire
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
+from ..yamlio import read_json
 from .data import load
 
 CONFIG = "config.json"
@@ -195,15 +195,6 @@ def rank_files(directory: Path) -> dict[int, Path]:
     return out
 
 
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except OSError as err:
-        raise InputError(f"{path}: cannot read: {err.strerror or err}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise InputError(f"{path}: invalid JSON: {err}") from None
-
-
 def read_engine_dir(directory: Path) -> EngineInfo:
     """Read an engine directory (or a metadata-only copy of one) into an EngineInfo."""
     from dataclasses import replace
@@ -213,17 +204,17 @@ def read_engine_dir(directory: Path) -> EngineInfo:
     config = directory / CONFIG
     if not config.is_file():
         raise InputError(f"{directory}: no {CONFIG} (not a TensorRT-LLM engine directory)")
-    info = parse_config(_read_json(config), str(config))
+    info = parse_config(read_json(config), str(config))
     sizes = {r: p.stat().st_size for r, p in rank_files(directory).items()}
     if not sizes and (directory / ENGINE_FILES).is_file():
-        listed = _read_json(directory / ENGINE_FILES)
+        listed = read_json(directory / ENGINE_FILES)
         if not isinstance(listed, dict):
             raise InputError(f"{directory / ENGINE_FILES}: expected an object of file name -> bytes")
         sizes = {r: int(n) for name, n in listed.items()
                  if (r := rank_index(name)) is not None and _int(n) is not None}
     build_info = None
     if (directory / BUILD_INFO).is_file():
-        build_info = parse_build_info(_read_json(directory / BUILD_INFO), str(directory / BUILD_INFO))
+        build_info = parse_build_info(read_json(directory / BUILD_INFO), str(directory / BUILD_INFO))
     return replace(info, rank_bytes=sizes, build_info=build_info)
 
 

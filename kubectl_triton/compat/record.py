@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
+from ..yamlio import read_json
 from .catalog import by_smi_name, gpus
 from .engine import BUILD_INFO, CONFIG, ENGINE_FILES, parse_build_info, parse_config, rank_files
 
@@ -36,15 +37,15 @@ def from_dir(directory: Path) -> Metadata:
     """Metadata of an engine directory (config.json, build-info.json, rank*.engine sizes)."""
     if not (directory / CONFIG).is_file():
         raise InputError(f"{directory}: no {CONFIG} (not a TensorRT-LLM engine directory)")
-    config = _json(directory / CONFIG)
+    config = read_json(directory / CONFIG)
     parse_config(config, str(directory / CONFIG))
     build_info = None
     if (directory / BUILD_INFO).is_file():
-        build_info = _json(directory / BUILD_INFO)
+        build_info = read_json(directory / BUILD_INFO)
         parse_build_info(build_info, str(directory / BUILD_INFO))
     files = {p.name: p.stat().st_size for p in rank_files(directory).values()}
     if not files and (directory / ENGINE_FILES).is_file():
-        files = {str(k): int(v) for k, v in _json(directory / ENGINE_FILES).items()}
+        files = {str(k): int(v) for k, v in read_json(directory / ENGINE_FILES).items()}
     return Metadata(config=config, build_info=build_info, files=files, source=str(directory))
 
 
@@ -128,10 +129,3 @@ def write(dest: Path, meta: Metadata) -> list[str]:
     return written
 
 
-def _json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except OSError as err:
-        raise InputError(f"{path}: cannot read: {err.strerror or err}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise InputError(f"{path}: invalid JSON: {err}") from None
