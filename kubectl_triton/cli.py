@@ -13,13 +13,18 @@ from .errors import EXIT_USAGE, TritonCtlError
 
 # command name -> "module:function" under kubectl_triton.commands
 COMMANDS: dict[str, tuple[str, str]] = {
+    "abort": ("abort", "Remove a model's canary; the stable version keeps all traffic."),
     "add-model": ("add_model", "Scaffold a model: config.pbtxt, metadata, overlays, Flux registration."),
+    "bench": ("bench", "Measure a served model: throughput and latency per concurrency level."),
+    "canary": ("canary", "Start a canary of a model version, or change its traffic share (HTTPRoute)."),
     "check-models": ("check_models", "Check one Triton model repository folder."),
     "compat": ("compat", "Explain engine-to-GPU compatibility verdicts."),
     "gpus": ("gpus", "GPU types in the cluster and which overlays can run there."),
+    "promote": ("promote", "Make a model's canary version the stable one."),
     "record-engine": ("record_engine", "Record a TensorRT-LLM engine's metadata for offline compat checks."),
     "render": ("render", "Render overlays with kustomize, as Flux would apply them."),
     "status": ("status", "Rollout health of Triton models in a cluster, with cause and fix."),
+    "tune": ("tune", "Search dynamic batching and instance counts on a Triton server; write the best to git."),
     "validate": ("validate", "Pull-request gate: render, schema-check and validate model configs."),
     "version": ("version", "Print the plugin version."),
 }

@@ -484,7 +484,7 @@ class _Handler(BaseHTTPRequestHandler):
                     raise OSError("server stopping")
                 try:
                     chunk = sock.recv(65536)
-                except socket.timeout:
+                except TimeoutError:
                     continue
                 if not chunk:
                     raise OSError("client closed")

@@ -156,12 +156,19 @@ def tune(target, requests: list[list[Tensor]], concurrency: int, duration_s: flo
         for cand in candidates:
             trial = Trial(cand)
             trials.append(trial)
-            changed = True
             try:
                 target.load(apply(original, cand))
-                trial.result = run_level(target, requests, concurrency, duration_s, warmup_s)
             except PerfError as err:
+                if "not allowed" in err.message:  # model control is off: nothing was changed
+                    raise PerfError(f"{err.message} (Triton's model control is not explicit)",
+                                    hint="start tritonserver with --model-control-mode=explicit") from None
                 trial.error = err.message
+            changed = True
+            if trial.error is None:
+                try:
+                    trial.result = run_level(target, requests, concurrency, duration_s, warmup_s)
+                except PerfError as err:
+                    trial.error = err.message
             if on_trial:
                 on_trial(trial)
     finally:
