@@ -329,12 +329,10 @@ def canary_kustomization(facts: Facts, gpu: str, tm: TritonModel, version: int, 
     files = [f"{tm.name}__config.pbtxt={tm.name}.config.pbtxt"]
     files += version_entries(tm, version)
     lines = [
-        f"# Canary of {m}: Triton model {tm.name} version {version} beside the stable overlays/{m}/{gpu} "
-        f"(version {stable}).",
-        f"# Traffic split: overlays/{m}/{ROUTE_DIR}/httproute.yaml. Written by `kubectl triton canary`; "
-        f"`kubectl triton promote {m}`",
-        f"# or `kubectl triton abort {m}` removes this folder. {tm.name}.config.pbtxt is "
-        f"{tm.config_rel} pinned to version {version}.",
+        f"# Canary of {m}: Triton model {tm.name} version {version} beside overlays/{m}/{gpu} (version {stable}).",
+        f"# {tm.name}.config.pbtxt is {tm.config_rel} pinned to version {version}.",
+        f"# Traffic split: overlays/{m}/{ROUTE_DIR}/httproute.yaml. Written by `kubectl triton canary`;",
+        f"# `kubectl triton promote {m}` or `kubectl triton abort {m}` removes this folder.",
         "apiVersion: kustomize.config.k8s.io/v1beta1", "kind: Kustomization",
         "nameSuffix: -canary", "labels:", "  - pairs:",
         f"      {INSTANCE_LABEL}: {m}-canary",
@@ -665,7 +663,7 @@ def plan_weight(facts: Facts, weight: int, version: int | None = None) -> Plan:
         raise InputError(f"{facts.route_rel}: missing; the canary has no route to change")
     text = facts.texts[facts.route_rel]
     new = route_set_weight(text, facts.model, weight, facts.route_rel)
-    return Plan({facts.route_rel: new} if new != text else {})
+    return Plan({facts.route_rel: new})
 
 
 def _end(facts: Facts, promote: bool) -> tuple[Plan, Rollout]:
@@ -700,6 +698,9 @@ def _end(facts: Facts, promote: bool) -> tuple[Plan, Rollout]:
     if route_file:
         files[route_file] = flux_depends(facts.texts[route_file], remove=(canary_flux,), source=route_file)
     delete = list(facts.overlay_files.get(ro.canary_overlay, ()))
+    keep = f"models/{m}/{tm.name}/{ro.canary}/{KEEP}"
+    if not promote and tm.version_files.get(ro.canary) == (keep,):
+        delete.append(keep)  # the marker `canary` wrote for an artifact-backed version
     flux_file = facts.registered.get(ro.canary_overlay)
     remove = []
     if flux_file:

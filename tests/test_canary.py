@@ -1,0 +1,214 @@
+"""`kubectl triton canary`, `promote` and `abort` on a copy of the example repository: the files they write,
+what they render to (HTTPRoute validated against the bundled Gateway API schema), the routes check of
+`validate`, one-line errors and all-or-nothing writes."""
+
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+
+import pytest
+
+from kubectl_triton import kustomize, scaffold, schemas, yamlio
+from kubectl_triton.checks import routes
+from kubectl_triton.validate import Target
+
+MODEL = "image-classifier"
+CANARY_DIR = f"overlays/{MODEL}/l4-canary"
+ROUTE = f"overlays/{MODEL}/route/httproute.yaml"
+CONFIG = f"models/{MODEL}/image_classifier/config.pbtxt"
+FLUX = "clusters/production/models"
+
+
+def snapshot(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture
+def tr(run_cli, repo_copy):
+    def run(*args: str):
+        res = run_cli(*args[:2], "--repo", str(repo_copy), *args[2:])
+        assert "Traceback" not in res.stderr
+        return res
+
+    return run
+
+
+def render(root: Path, rel: str) -> list[dict]:
+    return yamlio.loads_all(kustomize.build(root / rel).yaml, rel)
+
+
+def by_kind(objs: list[dict], kind: str) -> list[dict]:
+    return [o for o in objs if o["kind"] == kind]
+
+
+def route_check(root: Path) -> list:
+    """The routes check over the overlays the example cluster applies (as validate would run it)."""
+    from kubectl_triton import repo
+
+    targets = []
+    for ks in repo.flux_kustomizations(root):
+        path = (root / ks.path).resolve()
+        if path.is_dir() and repo.kustomization_file(path) and path.parent.parent.name != "clusters":
+            targets.append(Target(path, repo.relative(root, path), render(root, repo.relative(root, path))))
+    return routes.check(root, targets)
+
+
+def test_start_writes_canary_route_and_flux_registration(tr, repo_copy):
+    res = tr("canary", MODEL, "--version", "2", "--weight", "10")
+    assert res.exit_code == 0, res.stderr
+    assert (repo_copy / CONFIG).read_text().count("version_policy: { specific: { versions: [ 1 ] } }") == 1
+    canary_cfg = (repo_copy / CANARY_DIR / "image_classifier.config.pbtxt").read_text()
+    diff = [ln for ln in difflib.unified_diff((repo_copy / CONFIG).read_text().splitlines(), canary_cfg.splitlines(),
+                                              lineterm="", n=0) if ln[:1] in "+-" and ln[:3] not in ("+++", "---")]
+    assert diff == ["-version_policy: { specific: { versions: [ 1 ] } }",
+                    "+version_policy: { specific: { versions: [ 2 ] } }"]
+    kust = (repo_copy / FLUX / "kustomization.yaml").read_text()
+    assert f"  - {MODEL}-l4-canary.yaml\n" in kust and f"  - {MODEL}-route.yaml\n" in kust
+    flux_route = yamlio.load_all(repo_copy / FLUX / f"{MODEL}-route.yaml")[0]
+    assert {d["name"] for d in flux_route["spec"]["dependsOn"]} >= {f"{MODEL}-l4", f"{MODEL}-l4-canary"}
+
+    stable, canary = render(repo_copy, f"overlays/{MODEL}/l4"), render(repo_copy, CANARY_DIR)
+    route_objs = render(repo_copy, f"overlays/{MODEL}/route")
+    (route,) = route_objs
+    for obj in stable + canary + route_objs:  # HTTPRoute against the bundled Gateway API schema
+        assert schemas.validate_object(obj) == [], obj["kind"]
+    assert route["apiVersion"] == "gateway.networking.k8s.io/v1" and route["metadata"]["namespace"] == "triton"
+    refs = route["spec"]["rules"][0]["backendRefs"]
+    assert [(r["name"], r["weight"]) for r in refs] == [(f"{MODEL}-triton", 90), (f"{MODEL}-triton-canary", 10)]
+    (svc_s,), (svc_c,) = by_kind(stable, "Service"), by_kind(canary, "Service")
+    assert [svc_s["metadata"]["name"], svc_c["metadata"]["name"]] == [r["name"] for r in refs]
+    # The Services select disjoint pods: the stable selector does not match canary pods and vice versa.
+    (dep_s,), (dep_c,) = by_kind(stable, "Deployment"), by_kind(canary, "Deployment")
+    pods_s, pods_c = (d["spec"]["template"]["metadata"]["labels"] for d in (dep_s, dep_c))
+    for svc, own, other in ((svc_s, pods_s, pods_c), (svc_c, pods_c, pods_s)):
+        sel = svc["spec"]["selector"]
+        assert all(own.get(k) == v for k, v in sel.items())
+        assert not all(other.get(k) == v for k, v in sel.items())
+    assert pods_c["triton.kubectl.io/track"] == "canary" and pods_c["triton.kubectl.io/model-version"] == "2"
+    # No object name is shared between the tracks (Flux would fight over it).
+    assert not {o["metadata"]["name"] for o in stable} & {o["metadata"]["name"] for o in canary}
+    assert route_check(repo_copy) == []
+
+
+def test_weight_change_is_a_one_line_diff(tr, repo_copy):
+    assert tr("canary", MODEL, "--version", "2", "--weight", "10").exit_code == 0
+    before = snapshot(repo_copy)
+    res = tr("canary", MODEL, "--weight", "25")
+    assert res.exit_code == 0, res.stderr
+    after = snapshot(repo_copy)
+    assert [k for k in after if after[k] != before.get(k)] == [ROUTE]
+    old, new = before[ROUTE].decode().splitlines(), after[ROUTE].decode().splitlines()
+    changed = [(a, b) for a, b in zip(old, new, strict=True) if a != b]
+    assert len(changed) == 1 and "weight: 75}" in changed[0][1] and "weight: 25}" in changed[0][1]
+    assert tr("canary", MODEL, "--weight", "25").stdout.startswith("unchanged")
+
+
+def test_promote_makes_the_canary_version_stable(tr, repo_copy):
+    assert tr("canary", MODEL, "--version", "2", "--weight", "10").exit_code == 0
+    res = tr("promote", MODEL)
+    assert res.exit_code == 0, res.stderr
+    assert "version_policy: { specific: { versions: [ 2 ] } }" in (repo_copy / CONFIG).read_text()
+    assert not (repo_copy / CANARY_DIR).exists() and not (repo_copy / FLUX / f"{MODEL}-l4-canary.yaml").exists()
+    assert f"{MODEL}-l4-canary" not in (repo_copy / FLUX / "kustomization.yaml").read_text()
+    (route,) = render(repo_copy, f"overlays/{MODEL}/route")
+    assert route["spec"]["rules"][0]["backendRefs"] == [{"name": f"{MODEL}-triton", "port": 8000, "weight": 100}]
+    assert route["metadata"]["annotations"]["triton.kubectl.io/stable-version"] == "2"
+    # the stable overlay now carries version 2's folder
+    (cm,) = [o for o in render(repo_copy, f"overlays/{MODEL}/l4") if o["kind"] == "ConfigMap"
+             and "image_classifier__config.pbtxt" in o["data"]]
+    assert "image_classifier__2__.gitkeep" in cm["data"]
+    assert route_check(repo_copy) == []
+    # a second canary builds on the route that stayed
+    assert tr("canary", MODEL, "--version", "3", "--weight", "5").exit_code == 0
+    assert route_check(repo_copy) == []
+
+
+def test_abort_restores_the_tree_but_the_pin_and_the_route(tr, repo_copy):
+    before = snapshot(repo_copy)
+    assert tr("canary", MODEL, "--version", "2", "--weight", "10").exit_code == 0
+    res = tr("abort", MODEL)
+    assert res.exit_code == 0, res.stderr
+    after = snapshot(repo_copy)
+    changed = sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
+    assert changed == [f"{FLUX}/{MODEL}-route.yaml", f"{FLUX}/kustomization.yaml", CONFIG,
+                       f"overlays/{MODEL}/route/httproute.yaml", f"overlays/{MODEL}/route/kustomization.yaml"]
+    assert "versions: [ 1 ]" in after[CONFIG].decode()
+    assert route_check(repo_copy) == []
+
+
+@pytest.mark.parametrize("args, message", [
+    (("canary", MODEL, "--version", "2", "--weight", "101"), "--weight 101"),
+    (("canary", MODEL, "--weight", "10"), "no canary in progress"),
+    (("canary", MODEL, "--version", "1", "--weight", "10"), "already serves version 1"),
+    (("canary", MODEL, "--version", "2", "--weight", "10", "--gpu", "t4"), "not registered with Flux"),
+    (("canary", MODEL, "--version", "2", "--weight", "10", "--gpu", "h9000"), "no overlay"),
+    (("canary", "ensemble-pipeline", "--version", "2", "--weight", "10"), "--triton-model"),
+    (("canary", "ensemble-pipeline", "--version", "2", "--weight", "10", "--triton-model", "preprocessor"),
+     "commit models/ensemble-pipeline/preprocessor/2/model.py"),
+    (("canary", "nope", "--version", "2", "--weight", "10"), "no such model"),
+    (("canary", MODEL, "--version", "2", "--weight", "10", "--gateway", "a/b/C"), "--gateway"),
+    (("promote", MODEL), "no canary in progress"),
+    (("abort", MODEL), "no canary in progress"),
+])
+def test_bad_input_is_one_line_exit_2_and_writes_nothing(tr, repo_copy, args, message):
+    before = snapshot(repo_copy)
+    res = tr(*args)
+    assert res.exit_code == 2 and message in res.stderr, res.stderr
+    assert len([ln for ln in res.stderr.splitlines() if ln.startswith("error:")]) == 1
+    assert snapshot(repo_copy) == before
+
+
+def test_second_canary_is_refused(tr, repo_copy):
+    assert tr("canary", MODEL, "--version", "2", "--weight", "10").exit_code == 0
+    before = snapshot(repo_copy)
+    res = tr("canary", MODEL, "--version", "3", "--weight", "10")
+    assert res.exit_code == 2 and "serves version 2" in res.stderr
+    assert snapshot(repo_copy) == before
+
+
+@pytest.mark.parametrize("command", [("canary", MODEL, "--version", "2", "--weight", "10"), ("promote", MODEL),
+                                     ("abort", MODEL)])
+def test_failure_while_writing_leaves_the_tree_byte_identical(tr, repo_copy, monkeypatch, command):
+    if command[0] != "canary":
+        assert tr("canary", MODEL, "--version", "2", "--weight", "10").exit_code == 0
+    before = snapshot(repo_copy)
+    real, calls = scaffold._replace, []
+
+    def flaky(src, dst):
+        calls.append(dst)
+        if len(calls) == 4:
+            raise OSError(28, "No space left on device")
+        return real(src, dst)
+
+    monkeypatch.setattr(scaffold, "_replace", flaky)
+    res = tr(*command)
+    assert res.exit_code == 2 and "nothing was changed" in res.stderr
+    assert snapshot(repo_copy) == before
+
+
+def test_dry_run_writes_nothing(tr, repo_copy):
+    before = snapshot(repo_copy)
+    res = tr("canary", MODEL, "--version", "2", "--weight", "10", "--dry-run")
+    assert res.exit_code == 0 and f"==> {ROUTE} <==" in res.stdout
+    assert snapshot(repo_copy) == before
+
+
+def test_routes_check_findings(tr, repo_copy):
+    assert tr("canary", MODEL, "--version", "2", "--weight", "10").exit_code == 0
+    route = repo_copy / ROUTE
+    route.write_text(route.read_text().replace("weight: 10}", "weight: 15}").replace(
+        '"2"', '"4"').replace("image-classifier-triton-canary, port: 8000", "image-classifier-triton-canary, port: 9"))
+    cfg = repo_copy / CANARY_DIR / "image_classifier.config.pbtxt"
+    cfg.write_text(cfg.read_text().replace("max_queue_delay_microseconds: 200", "max_queue_delay_microseconds: 50"))
+    found = {(f.code, f.severity) for f in route_check(repo_copy)}
+    assert found == {("RouteWeights", "error"), ("RouteBackendMissing", "error"),
+                     ("RouteVersionMismatch", "error"), ("CanaryConfigDrift", "warning")}
+    messages = " | ".join(f.message for f in route_check(repo_copy))
+    assert "sum to 105" in messages and "has no port 9" in messages and "records version 4" in messages
+    # the canary Flux file gone: its Service is no longer applied in the route's cluster
+    (repo_copy / FLUX / f"{MODEL}-l4-canary.yaml").unlink()
+    kust = repo_copy / FLUX / "kustomization.yaml"
+    kust.write_text(kust.read_text().replace(f"  - {MODEL}-l4-canary.yaml\n", ""))
+    assert "is not rendered by an overlay this route's cluster applies" in " ".join(
+        f.message for f in route_check(repo_copy))
