@@ -303,6 +303,15 @@ def connect(kubeconfig: str | None = None, context: str | None = None,
         raise ClusterError(f"kubeconfig: {str(err).splitlines()[0]}") from None
     except (OSError, ValueError) as err:
         raise ClusterError(f"kubeconfig: {err}") from None
+    except (AttributeError, TypeError, KeyError, IndexError) as err:  # a kubeconfig of the wrong shape
+        where = files or str(default_file)
+        raise ClusterError(f"kubeconfig {where}: malformed ({type(err).__name__}); expected a Config with "
+                           "clusters, users and contexts lists") from None
+    except Exception as err:  # noqa: BLE001 - the YAML parser's errors, without importing yaml here
+        if type(err).__module__.split(".")[0] != "yaml":
+            raise
+        where = files or str(default_file)
+        raise ClusterError(f"kubeconfig {where}: invalid YAML: {str(err).splitlines()[0]}") from None
     # One quick retry on a refused connection, none on reads (a watch must never be replayed blindly).
     cfg.retries = Retry(total=1, connect=1, read=0, status=0, redirect=0, backoff_factor=0.2,
                         respect_retry_after_header=False)  # 429/5xx are retried in Kube._request

@@ -81,8 +81,8 @@ def flux_kustomizations(root: Path, cluster: Path | None = None) -> list[FluxKus
             for doc in load_all(f):
                 if (isinstance(doc, dict) and doc.get("kind") == "Kustomization"
                         and str(doc.get("apiVersion", "")).startswith(FLUX_KUSTOMIZATION_API)):
-                    meta = doc.get("metadata") or {}
-                    spec = doc.get("spec") or {}
+                    meta = doc.get("metadata") if isinstance(doc.get("metadata"), dict) else {}
+                    spec = doc.get("spec") if isinstance(doc.get("spec"), dict) else {}
                     found.append(FluxKustomization(
                         name=str(meta.get("name", "")), namespace=str(meta.get("namespace", "flux-system")),
                         path=str(spec.get("path", "./")), file=f, obj=doc))

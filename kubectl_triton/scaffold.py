@@ -983,9 +983,12 @@ def write_plan(root: Path, todo: Plan) -> None:
     """Write every file of `todo` into a temporary folder inside `root`, then move them into place; on any
     failure undo every move, so the tree is byte-for-byte as before. Raises InputError naming the file."""
     root = root.resolve()
+    from .paths import confine
+
     for rel in [*todo.files, *todo.delete]:
         if rel.startswith("/") or ".." in rel.split("/"):
             raise InputError(f"{rel}: refusing a path outside the repository")
+        confine(root, rel.rsplit("/", 1)[0] if "/" in rel else ".")  # no folder may be a symlink out of root
     for rel in todo.files:
         target = root / rel
         if target.is_dir() and not target.is_symlink():

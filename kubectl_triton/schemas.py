@@ -24,9 +24,10 @@ class SchemaIssue:
 
 def object_id(obj: dict) -> str:
     """`Kind/namespace/name` (namespace omitted when unset), as messages name objects."""
-    meta = obj.get("metadata") or {}
+    meta = obj.get("metadata")
+    meta = meta if isinstance(meta, dict) else {}
     ns = meta.get("namespace")
-    return "/".join(p for p in (str(obj.get("kind", "?")), ns, str(meta.get("name", "?"))) if p)
+    return "/".join(str(p) for p in (obj.get("kind", "?"), ns, meta.get("name", "?")) if p not in (None, ""))
 
 
 def _crd_file(api_version: str, kind: str) -> str | None:

@@ -63,7 +63,13 @@ def validate_repo(root: Path, options: Options | None = None,
             findings.append(Finding(ERROR, "RenderFailed", err.message, path=target.rel))
     rendered = [t for t in targets if t.objects]
     say("checking schemas")
-    findings += _schema_findings(rendered, options.kubernetes_version)
+    schema_findings = _schema_findings(rendered, options.kubernetes_version)
+    findings += schema_findings
+    # Objects that fail their schema are reported as such; the checks below only see well-formed objects.
+    invalid = {(f.path, f.object) for f in schema_findings if f.code == "SchemaInvalid"}
+    for target in rendered:
+        target.objects = [o for o in target.objects if isinstance(o, dict)
+                          and (target.rel, schemas.object_id(o)) not in invalid]
     findings += _duplicate_findings(root, rendered)
     say("checking model repositories")
     findings += _model_findings(root, rendered, options)
@@ -93,8 +99,13 @@ def _targets(root: Path, findings: list[Finding]) -> list[Target]:
     for ks in repo.flux_kustomizations(root):
         rel_file = repo.relative(root, ks.file)
         where = f"Kustomization/{ks.namespace}/{ks.name}"
-        spec = ks.obj.get("spec") or {}
-        for dep in spec.get("dependsOn") or []:
+        spec = ks.obj.get("spec") if isinstance(ks.obj.get("spec"), dict) else {}
+        depends = spec.get("dependsOn") or []
+        if not isinstance(depends, list) or not all(isinstance(d, dict) for d in depends):
+            findings.append(Finding(ERROR, "FluxDependencyMissing", "dependsOn must be a list of {name, namespace} "
+                                    "objects", path=rel_file, object=where))
+            depends = [d for d in depends if isinstance(d, dict)] if isinstance(depends, list) else []
+        for dep in depends:
             if (dep.get("namespace", ks.namespace), dep.get("name")) not in names:
                 findings.append(Finding(ERROR, "FluxDependencyMissing", f"dependsOn {dep.get('name')} names no "
                                         "Flux Kustomization in this repository: Flux would wait for it forever",

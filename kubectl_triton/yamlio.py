@@ -21,6 +21,8 @@ def loads_all(text: str, source: str = "<string>") -> list[Any]:
         where = f":{mark.line + 1}:{mark.column + 1}" if mark else ""
         problem = getattr(err, "problem", None) or str(err).splitlines()[0]
         raise InputError(f"{source}{where}: invalid YAML: {problem}") from None
+    except RecursionError:
+        raise InputError(f"{source}: invalid YAML: nested too deeply") from None
 
 
 def load_all(path: Path) -> list[Any]:
@@ -47,3 +49,5 @@ def read_json(path: Path) -> Any:
         raise InputError(f"{path}: cannot read: {err.strerror or err}") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise InputError(f"{path}: invalid JSON: {err}") from None
+    except RecursionError:
+        raise InputError(f"{path}: invalid JSON: nested too deeply") from None

@@ -69,8 +69,11 @@ def _pod(obj: dict) -> dict:
 def _probe_budget(probe: dict | None) -> int:
     if not probe:
         return 0
-    return int(probe.get("periodSeconds", 10)) * int(probe.get("failureThreshold", 3)) + \
-        int(probe.get("initialDelaySeconds", 0))
+    try:
+        return int(probe.get("periodSeconds", 10)) * int(probe.get("failureThreshold", 3)) + \
+            int(probe.get("initialDelaySeconds", 0))
+    except (TypeError, ValueError):
+        return 0
 
 
 def _http_path(probe: dict | None) -> str | None:
@@ -111,7 +114,9 @@ def check_overlay(source: str, objects: Iterable[dict], facts: ModelFacts,
 def _check_workload(source: str, obj: dict, facts: ModelFacts, flux_timeout_s: int | None) -> list[Finding]:
     out: list[Finding] = []
     pod = _pod(obj)
-    for container in [*pod.get("initContainers", []), *pod.get("containers", [])]:
+    for container in [*(pod.get("initContainers") or []), *(pod.get("containers") or [])]:
+        if not isinstance(container, dict):
+            continue
         if reason := check_image(str(container.get("image", ""))):
             out.append(_f(ERROR, "ImageTagNotPinned", f"container {container.get('name')}: {reason}; pin a "
                           "release tag such as 24.12-py3 so every rollout runs what was validated", source, obj))
@@ -125,7 +130,7 @@ def _check_workload(source: str, obj: dict, facts: ModelFacts, flux_timeout_s: i
     if obj.get("kind") != "Deployment" or server is None:
         return out
     limits = (server.get("resources") or {}).get("limits") or {}
-    gpus = int(limits.get(GPU_RESOURCE, 0) or 0)
+    gpus = int(parse_quantity(limits.get(GPU_RESOURCE, 0) or 0) or 0)
     if facts.uses_gpu and gpus < 1:
         out.append(_f(ERROR, "GPULimitMissing", f"models need a GPU but container {TRITON_CONTAINER} has no "
                       f"{GPU_RESOURCE} limit; add a GPU Component (overlays/gpus/<type>)", source, obj))

@@ -93,11 +93,49 @@ def parse_config(doc: dict[str, Any], source: str = CONFIG) -> EngineInfo:
                      "(neither pretrained_config/build_config nor builder_config)")
 
 
+def _obj(parent: dict[str, Any], key: str, source: str, where: str = "") -> dict[str, Any]:
+    """`parent[key]` as a JSON object ({} when absent or null); anything else raises InputError."""
+    value = parent.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise InputError(f"{source}: {where}{key} must be a JSON object, got {type(value).__name__}")
+    return value
+
+
+_MAX_INT = 2**31 - 1
+_POSITIVE = {"pretrained_config": ("num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+                                   "hidden_size", "head_size", "vocab_size"),
+             "build_config": ("max_batch_size", "max_input_len", "max_seq_len", "max_num_tokens",
+                              "max_output_len", "max_beam_width"),
+             "mapping": ("tp_size", "pp_size", "world_size")}
+_STRINGS = {"": ("version",), "pretrained_config": ("architecture", "dtype"),
+            "quantization": ("quant_algo", "kv_cache_quant_algo")}
+
+
+def _check_types(sections: dict[str, dict[str, Any]], source: str) -> None:
+    """Fields the rules read must be positive integers (or null) and strings (or null)."""
+    for section, keys in _POSITIVE.items():
+        for key in keys:
+            value = sections[section].get(key)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                      or not 0 < value <= _MAX_INT):
+                raise InputError(f"{source}: {section}.{key} must be a positive integer, got {value!r}")
+    for section, keys in _STRINGS.items():
+        for key in keys:
+            value = sections[section].get(key)
+            if value is not None and not isinstance(value, str):
+                where = f"{section}.{key}" if section else key
+                raise InputError(f"{source}: {where} must be a string, got {value!r}")
+
+
 def _parse_current(doc: dict[str, Any], source: str) -> EngineInfo:
-    pre = doc.get("pretrained_config") or {}
-    build = doc.get("build_config") or {}
-    mapping = pre.get("mapping") or {}
-    quant = pre.get("quantization") or {}
+    pre = _obj(doc, "pretrained_config", source)
+    build = _obj(doc, "build_config", source)
+    mapping = _obj(pre, "mapping", source, "pretrained_config.")
+    quant = _obj(pre, "quantization", source, "pretrained_config.")
+    _check_types({"": doc, "pretrained_config": pre, "build_config": build, "mapping": mapping,
+                  "quantization": quant}, source)
     heads = _int(pre.get("num_attention_heads"))
     hidden = _int(pre.get("hidden_size"))
     head_size = _int(pre.get("head_size")) or (hidden // heads if hidden and heads else None)
@@ -105,7 +143,7 @@ def _parse_current(doc: dict[str, Any], source: str) -> EngineInfo:
     max_seq = _int(build.get("max_seq_len"))
     if max_seq is None and max_input is not None and _int(build.get("max_output_len")) is not None:
         max_seq = max_input + _int(build.get("max_output_len"))  # 0.8-0.10 wrote max_output_len
-    auto = build.get("auto_parallel_config") or {}
+    auto = _obj(build, "auto_parallel_config", source, "build_config.")
     return EngineInfo(
         source=source, format="current", version=_none_if_null(doc.get("version")),
         tensorrt_version=None, architecture=_none_if_null(pre.get("architecture")),
@@ -142,7 +180,7 @@ def legacy_quant(quant_mode: int, int8: bool = False) -> tuple[str | None, str |
 
 
 def _parse_legacy(doc: dict[str, Any], source: str) -> EngineInfo:
-    b = doc.get("builder_config") or {}
+    b = _obj(doc, "builder_config", source)
     heads = _int(b.get("num_heads"))
     hidden = _int(b.get("hidden_size"))
     algo, kv = legacy_quant(_int(b.get("quant_mode")) or 0, bool(b.get("int8")))
@@ -172,6 +210,12 @@ def parse_build_info(doc: Any, source: str = BUILD_INFO) -> BuildInfo:
     if unknown:
         raise InputError(f"{source}: unknown key(s) {', '.join(unknown)}; "
                          f"expected {', '.join(BUILD_INFO_KEYS)}")
+    memory = doc.get("gpu_memory_mib")
+    if memory is not None and (isinstance(memory, bool) or not isinstance(memory, int) or memory <= 0):
+        raise InputError(f"{source}: gpu_memory_mib must be a positive integer, got {memory!r}")
+    for key in ("tensorrt_llm_version", "tensorrt_version", "image", "built_at"):
+        if doc.get(key) is not None and not isinstance(doc.get(key), str):
+            raise InputError(f"{source}: {key} must be a string or null, got {doc.get(key)!r}")
     return BuildInfo(gpu_name=name.strip(), compute_capability=cc.strip(),
                      gpu_memory_mib=_int(doc.get("gpu_memory_mib")),
                      tensorrt_llm_version=_none_if_null(doc.get("tensorrt_llm_version")),

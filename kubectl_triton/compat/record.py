@@ -45,7 +45,11 @@ def from_dir(directory: Path) -> Metadata:
         parse_build_info(build_info, str(directory / BUILD_INFO))
     files = {p.name: p.stat().st_size for p in rank_files(directory).values()}
     if not files and (directory / ENGINE_FILES).is_file():
-        files = {str(k): int(v) for k, v in read_json(directory / ENGINE_FILES).items()}
+        listed = read_json(directory / ENGINE_FILES)
+        if not isinstance(listed, dict) or not all(isinstance(v, int) and not isinstance(v, bool)
+                                                   for v in listed.values()):
+            raise InputError(f"{directory / ENGINE_FILES}: expected an object of file name -> bytes")
+        files = {str(k): int(v) for k, v in listed.items()}
     return Metadata(config=config, build_info=build_info, files=files, source=str(directory))
 
 
@@ -60,6 +64,8 @@ def from_log(text: str, source: str) -> Metadata:
                     found[key] = json.loads(line[at + len(marker):])
                 except json.JSONDecodeError as err:
                     raise InputError(f"{source}: malformed {marker.strip()} line: {err}") from None
+                except RecursionError:
+                    raise InputError(f"{source}: malformed {marker.strip()} line: nested too deeply") from None
     if "build_info" not in found:
         raise InputError(f"{source}: no {MARKERS['build_info'].strip()} line; did build-info.py run?")
     if "config" not in found:
@@ -68,6 +74,10 @@ def from_log(text: str, source: str) -> Metadata:
     parse_build_info(found["build_info"], source)
     parse_config(found["config"], source)
     files = found.get("files") or {}
+    if not isinstance(files, dict) or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0
+                                              for v in files.values()):
+        raise InputError(f"{source}: malformed {MARKERS['files'].strip()} line: expected an object of "
+                         "file name -> size in bytes")
     return Metadata(config=found["config"], build_info=found["build_info"],
                     files={str(k): int(v) for k, v in files.items()}, source=source)
 

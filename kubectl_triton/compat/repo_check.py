@@ -186,6 +186,30 @@ def parameters(cfg: dict[str, Any]) -> dict[str, str]:
     return {k: str((v or {}).get("string_value", "")) for k, v in (cfg.get("parameters") or {}).items()}
 
 
+_META_STRINGS = ("name", "backend", "image")
+_ENGINE_INTS = ("tp", "pp", "max_batch_size", "max_input_len", "max_seq_len", "max_num_tokens")
+
+
+def check_metadata(meta: Any, path: Path) -> None:
+    """The shape of models/<name>/model.yaml as add-model writes it; anything else raises InputError."""
+    if not isinstance(meta, dict):
+        raise InputError(f"{path}: model metadata must be a mapping, got {type(meta).__name__}")
+    for key in _META_STRINGS:
+        if meta.get(key) is not None and not isinstance(meta[key], str):
+            raise InputError(f"{path}: {key} must be a string, got {meta[key]!r}")
+    gpus = meta.get("gpus")
+    if gpus is not None and (not isinstance(gpus, list) or not all(isinstance(g, str) for g in gpus)):
+        raise InputError(f"{path}: gpus must be a list of GPU types, got {gpus!r}")
+    for key in ("engine", "artifacts"):
+        if meta.get(key) is not None and not isinstance(meta[key], dict):
+            raise InputError(f"{path}: {key} must be a mapping, got {type(meta[key]).__name__}")
+    engine = meta.get("engine") or {}
+    for key in _ENGINE_INTS:
+        value = engine.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 2**31):
+            raise InputError(f"{path}: engine.{key} must be a positive integer, got {value!r}")
+
+
 def load_model(root: Path, directory: Path) -> ModelInfo:
     """Read models/<name>/: model.yaml, engines/<gpu>/ metadata, the tensorrt_llm config.pbtxt."""
     from .. import pbtxt
@@ -194,7 +218,8 @@ def load_model(root: Path, directory: Path) -> ModelInfo:
     meta: dict[str, Any] = {}
     if (directory / "model.yaml").is_file():
         docs = load_all(directory / "model.yaml")
-        meta = docs[0] if docs and isinstance(docs[0], dict) else {}
+        meta = docs[0] if docs else {}
+        check_metadata(meta, directory / "model.yaml")
     engines = {}
     engines_dir = directory / "engines"
     if engines_dir.is_dir():
