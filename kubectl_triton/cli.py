@@ -19,6 +19,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "canary": ("canary", "Start a canary of a model version, or change its traffic share (HTTPRoute)."),
     "check-models": ("check_models", "Check one Triton model repository folder."),
     "compat": ("compat", "Explain engine-to-GPU compatibility verdicts."),
+    "diff": ("diff", "What a change does to each cluster: objects added, removed, changed; rollouts."),
     "gpus": ("gpus", "GPU types in the cluster and which overlays can run there."),
     "promote": ("promote", "Make a model's canary version the stable one."),
     "record-engine": ("record_engine", "Record a TensorRT-LLM engine's metadata for offline compat checks."),
@@ -61,15 +62,20 @@ def _module_exists(module: str) -> bool:
 @click.option("-n", "--namespace", help="Namespace scope for cluster commands.")
 @click.option("-o", "--output", type=click.Choice(["text", "json", "yaml", "github", "markdown"]),
               help="Output format (each command documents which it accepts).")
+@click.option("--color", type=click.Choice(["auto", "always", "never"]), default=None, envvar="KUBECTL_TRITON_COLOR",
+              help="Colour the output: auto (on a terminal, unless NO_COLOR is set), always, never.")
 @click.version_option(__version__, prog_name="kubectl-triton", message="%(prog)s %(version)s")
 @click.pass_context
 def cli(ctx: click.Context, kubeconfig: str | None, kube_context: str | None,
-        namespace: str | None, output: str | None) -> None:
+        namespace: str | None, output: str | None, color: str | None) -> None:
     """GitOps toolkit for NVIDIA Triton Inference Server on Kubernetes.
 
     Manifests live in git and Flux applies them; this plugin scaffolds models, gates pull
     requests and explains why a rollout fails. It never changes a cluster.
     """
+    from .style import set_mode
+
+    set_mode(color)
     ctx.ensure_object(dict)
     ctx.obj.update(kubeconfig=kubeconfig, context=kube_context, namespace=namespace, output=output)
 

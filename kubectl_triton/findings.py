@@ -41,18 +41,24 @@ def to_json(findings: list[Finding]) -> str:
                       indent=2)
 
 
-def to_text(findings: list[Finding]) -> str:
-    """One line per finding, compiler style: `path:line: severity [code] model: message`."""
+def to_text(findings: list[Finding], color: bool = False) -> str:
+    """One line per finding, compiler style: `path:line: severity [code] model: message` (severity and the
+    summary coloured when `color`; without it the text carries no escape codes)."""
+    from .style import Style
+
+    st = Style(color)
     lines = []
     for f in findings:
         where = f.path or "-"
         if f.line:
             where += f":{f.line}"
         subject = f.model or f.object
-        lines.append(f"{where}: {f.severity} [{f.code}] " + (f"{subject}: " if subject else "") + f.message)
+        lines.append(f"{st.bold(where)}: {st.severity(f.severity)} [{f.code}] " + (f"{subject}: " if subject else "")
+                     + f.message)
     errors = sum(f.severity == ERROR for f in findings)
     warnings = len(findings) - errors
-    lines.append(f"{errors} error(s), {warnings} warning(s)")
+    summary = f"{errors} error(s), {warnings} warning(s)"
+    lines.append(st.red(summary) if errors else st.yellow(summary) if warnings else st.green(summary))
     return "\n".join(lines)
 
 
@@ -105,4 +111,11 @@ def emit(findings: list[Finding], output: str, echo) -> None:
             with open(summary, "a", encoding="utf-8") as fh:
                 fh.write(github_summary(findings))
     else:
-        echo(to_text(findings))
+        import click
+
+        from .style import enabled
+
+        if echo is click.echo and enabled():  # click.echo strips escape codes off a pipe unless told otherwise
+            echo(to_text(findings, color=True), color=True)
+        else:
+            echo(to_text(findings))

@@ -20,10 +20,35 @@ def _marks() -> dict:
     return MARKS if "utf" in enc else ASCII_MARKS
 
 
-def table(rows: list[list[str]]) -> str:
-    """kubectl-style table: upper-case header, columns padded by three spaces."""
+def table(rows: list[list[str]], paint=None) -> str:
+    """kubectl-style table: upper-case header, columns padded by three spaces. `paint(row, col, padded)`
+    may colour a padded cell (colour codes added after padding keep the columns aligned)."""
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return "\n".join("   ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows)
+
+    def line(i: int, r: list[str]) -> str:
+        cells = [c.ljust(w) for c, w in zip(r, widths, strict=True)]
+        cells[-1] = cells[-1].rstrip()
+        return "   ".join(paint(i, j, c) if paint else c for j, c in enumerate(cells)).rstrip()
+
+    return "\n".join(line(i, r) for i, r in enumerate(rows))
+
+
+def _painter(marks: dict):
+    """Bold header, cells green/red/yellow by their verdict mark; None when colour is off."""
+    from ..style import current
+
+    st = current()
+    if not st.on:
+        return None
+    verdicts = {marks[k]: k for k in marks}
+
+    def paint(i: int, j: int, text: str) -> str:
+        if i == 0:
+            return st.bold(text)
+        mark = text.split(" ", 1)[0].rstrip(",")
+        return st.verdict(text, verdicts[mark]) if j > 0 and mark in verdicts else text
+
+    return paint
 
 
 def cell(result, marks: dict) -> str:
@@ -56,16 +81,19 @@ def format_matrix(results: list) -> str:
     notes = [f"{r.model or '-'} on {r.gpu}" + (f" ({r.overlay})" if r.overlay else "")
              + f": {r.first_reason.severity} [{r.first_reason.code}] {r.first_reason.message}"
              for r in results if r.first_reason]
-    return table(rows) + ("\n\n" + "\n".join(notes) if notes else "")
+    return table(rows, _painter(marks)) + ("\n\n" + "\n".join(notes) if notes else "")
 
 
 def format_single(result, engine_dir: Path) -> str:
     verdict = {True: "compatible", False: "incompatible", None: "unknown"}[result.compatible]
-    head = f"{engine_dir} on {result.gpu}: {_marks()[result.compatible]} {verdict}"
+    from ..style import current
+
+    head = f"{engine_dir} on {result.gpu}: " + current().verdict(f"{_marks()[result.compatible]} {verdict}",
+                                                                  result.compatible)
     if not result.reasons:
         return head
     rows = [["SEVERITY", "CODE", "MESSAGE"]] + [[r.severity, r.code, r.message] for r in result.reasons]
-    return head + "\n\n" + table(rows)
+    return head + "\n\n" + table(rows, _painter(_marks()))
 
 
 def to_json(results: list) -> str:
@@ -91,6 +119,13 @@ def single_result(engine_dir: Path, gpu: str, image: str | None, gpus_per_pod: i
                     unknown_labels=() if found else (gpu,), image=image,
                     gpus_per_pod=gpus_per_pod if gpus_per_pod is not None else engine.world_size, **limits)
     return evaluate(engine, target, model=model)
+
+
+def _color() -> bool | None:
+    """True when --color asks for colour (click.echo would strip it off a pipe otherwise)."""
+    from ..style import enabled
+
+    return True if enabled() else None
 
 
 def _failed(results: list) -> bool:
@@ -129,7 +164,7 @@ def command(ctx: click.Context, repo_dir: Path | None, model: str | None, gpu: s
         if not gpu:
             raise click.UsageError("--engine-dir needs --gpu")
         result = single_result(engine_dir, gpu, image, gpus_per_pod, config_path, model)
-        click.echo(to_json([result]) if output == "json" else format_single(result, engine_dir))
+        click.echo(to_json([result]) if output == "json" else format_single(result, engine_dir), color=_color())
         if _failed([result]):
             raise click.exceptions.Exit(1)
         return
@@ -143,7 +178,7 @@ def command(ctx: click.Context, repo_dir: Path | None, model: str | None, gpu: s
         raise InputError(f"{repo_dir}: not a directory")
     root = repo.find_root(repo_dir)
     results, failures = matrix(root, model=model, gpu=gpu)
-    click.echo(to_json(results) if output == "json" else format_matrix(results))
+    click.echo(to_json(results) if output == "json" else format_matrix(results), color=_color())
     for err in failures:
         click.echo(f"error: {err.message}", err=True)
     if failures or _failed(results):

@@ -1,0 +1,192 @@
+"""`kubectl triton diff`: base ref rendered in a temporary worktree, per-cluster changes, rolls, three outputs."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from kubectl_triton import diff
+from kubectl_triton.diff import Entry, Key
+
+GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@example.com", "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1"}
+
+
+def git(cwd: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True,
+                          env={**os.environ, **GIT_ENV}).stdout.strip()
+
+
+@pytest.fixture
+def git_repo(repo_copy: Path, monkeypatch) -> Path:
+    """The example repository committed once on `main` in a fresh git repository."""
+    git(repo_copy, "init", "-q", "-b", "main")
+    git(repo_copy, "add", ".")
+    git(repo_copy, "commit", "-q", "-m", "seed")
+    monkeypatch.delenv("GITHUB_BASE_REF", raising=False)
+    return repo_copy
+
+
+def _worktrees(root: Path) -> list[str]:
+    return [ln for ln in git(root, "worktree", "list", "--porcelain").splitlines() if ln.startswith("worktree ")]
+
+
+def _temp_dirs() -> set[str]:
+    import tempfile
+
+    return {p.name for p in Path(tempfile.gettempdir()).glob("kubectl-triton-diff-*")}
+
+
+# ------------------------------------------------------------------------------------------------ pure core
+
+def _obj(kind: str, name: str, ns: str = "triton", **spec) -> dict:
+    return {"apiVersion": "apps/v1" if kind == "Deployment" else "v1", "kind": kind,
+            "metadata": {"name": name, "namespace": ns}, **spec}
+
+
+def _dep(cm: str, image: str = "nvcr.io/nvidia/tritonserver:24.12-py3", replicas: int = 1) -> dict:
+    return _obj("Deployment", "m-triton", spec={"replicas": replicas, "template": {"spec": {
+        "containers": [{"name": "tritonserver", "image": image}, {"name": "sidecar", "image": "busybox"}],
+        "volumes": [{"name": "model-config", "configMap": {"name": cm}}]}}})
+
+
+def _snap(*objs: dict) -> dict[Key, Entry]:
+    return {Key.of(o): Entry(o, "overlays/m/l4") for o in objs}
+
+
+def test_field_changes_match_named_list_items_and_report_absent_sides():
+    before = {"spec": {"containers": [{"name": "a", "image": "x"}, {"name": "b", "args": ["1"]}]}}
+    after = {"spec": {"containers": [{"name": "b", "args": ["1"]}, {"name": "a", "image": "y"}], "new": 1}}
+    changes = diff.field_changes(before, after)
+    assert [(c.path, c.before, c.after) for c in changes] == [
+        ("spec.containers[a].image", "x", "y"), ("spec.new", None, 1)]
+
+
+def test_config_hash_change_is_one_renamed_configmap_and_a_roll():
+    base = _snap(_dep("m-config-aaaaaaaaaa"), _obj("ConfigMap", "m-config-aaaaaaaaaa", data={"k": "1"}))
+    head = _snap(_dep("m-config-bbbbbbbbbb"), _obj("ConfigMap", "m-config-bbbbbbbbbb", data={"k": "2"}))
+    out = diff.diff_cluster("production", base, head)
+    assert out.added == [] and out.removed == []
+    cm = next(c for c in out.changed if c.object.startswith("ConfigMap"))
+    assert cm.renamed_from == "m-config-aaaaaaaaaa" and [x.path for x in cm.changes] == ["data.k"]
+    [roll] = out.rolls
+    assert roll.object == "Deployment/triton/m-triton"
+    assert roll.reasons == ["ConfigMap m-config changed (m-config-aaaaaaaaaa → m-config-bbbbbbbbbb)"]
+
+
+def test_image_change_rolls_but_replicas_do_not():
+    base = _snap(_dep("c"))
+    assert diff.diff_cluster("p", base, _snap(_dep("c", replicas=3))).rolls == []
+    out = diff.diff_cluster("p", base, _snap(_dep("c", image="nvcr.io/nvidia/tritonserver:25.01-py3")))
+    assert out.rolls[0].reasons == ["template.spec.containers[tritonserver].image: "
+                                    "nvcr.io/nvidia/tritonserver:24.12-py3 → nvcr.io/nvidia/tritonserver:25.01-py3"]
+
+
+def test_added_and_removed_objects_and_api_version_bump_is_a_change():
+    old = {"apiVersion": "autoscaling/v1", "kind": "HorizontalPodAutoscaler", "metadata": {"name": "h"}}
+    new = {**old, "apiVersion": "autoscaling/v2"}
+    out = diff.diff_cluster("p", _snap(old, _obj("Service", "gone")), _snap(new, _obj("Service", "new")))
+    assert out.added == [("Service/triton/new", "overlays/m/l4")]
+    assert out.removed == [("Service/triton/gone", "overlays/m/l4")]
+    assert [c.object for c in out.changed] == ["HorizontalPodAutoscaler/h"]
+
+
+def test_short_values_fit_one_line():
+    assert diff.short(None) == "(none)"
+    assert diff.short("a\nb\nc\n") == "(3 lines)"
+    assert len(diff.short("x" * 200)) == 60
+
+
+# ---------------------------------------------------------------------------------------- the real thing
+
+def test_no_change_and_the_worktree_is_removed(git_repo: Path, run_cli):
+    before = _temp_dirs()
+    res = run_cli("diff", str(git_repo))
+    assert res.exit_code == 0, res.stderr
+    assert "No changes." in res.stdout
+    assert len(_worktrees(git_repo)) == 1 and _temp_dirs() <= before
+
+
+def test_config_edit_rolls_the_deployment_of_every_cluster_that_runs_it(git_repo: Path, run_cli):
+    config = git_repo / "models/image-classifier/image_classifier/config.pbtxt"
+    config.write_text(config.read_text().replace("max_queue_delay_microseconds: 200",
+                                                 "max_queue_delay_microseconds: 500"))
+    res = run_cli("diff", str(git_repo), "-o", "json", "--exit-code")
+    assert res.exit_code == 1, res.stderr  # --exit-code: something changed
+    doc = json.loads(res.stdout)
+    assert doc["changed"] is True and doc["base"]["ref"] == "HEAD" and doc["errors"] == []
+    clusters = {c["cluster"]: c for c in doc["clusters"]}
+    assert set(clusters) == {"production", diff.UNAPPLIED}  # t4 is an overlay no cluster applies
+    prod = clusters["production"]
+    assert prod["added"] == [] and prod["removed"] == []
+    cm = next(c for c in prod["changed"] if c["object"].startswith("ConfigMap/triton/image-classifier-model-config"))
+    assert cm["renamed_from"].startswith("image-classifier-model-config-")
+    assert [x["path"] for x in cm["changes"]] == ["data.image_classifier__config.pbtxt"]
+    [roll] = prod["rolls"]
+    assert roll["object"] == "Deployment/triton/image-classifier-triton"
+    assert roll["source"] == "overlays/image-classifier/l4"
+    assert roll["reasons"][0].startswith("ConfigMap image-classifier-model-config changed")
+    assert len(_worktrees(git_repo)) == 1
+
+
+def test_new_model_and_removed_flux_kustomization_in_text_and_markdown(git_repo: Path, run_cli):
+    added = run_cli("add-model", "resnet50", "--backend", "onnxruntime", "--gpu", "t4", "--repo", str(git_repo))
+    assert added.exit_code == 0, added.stderr
+    kfile = git_repo / "clusters/production/models/kustomization.yaml"
+    kfile.write_text(kfile.read_text().replace("  - text-embedder-a10g.yaml\n", ""))
+    text = run_cli("diff", str(git_repo))
+    assert text.exit_code == 0, text.stderr
+    assert "- Kustomization/flux-system/text-embedder-a10g  (clusters/production)" in text.stdout
+    # Flux prunes what the removed Kustomization applied; the overlay is now one that no cluster applies
+    assert "- Deployment/triton/text-embedder-triton  (overlays/text-embedder/a10g)" in text.stdout
+    assert "+ Deployment/triton/text-embedder-triton  (overlays/text-embedder/a10g)" in text.stdout
+    assert "+ Deployment/triton/resnet50-triton  (overlays/resnet50/t4)" in text.stdout
+    assert "+ Kustomization/flux-system/resnet50-t4  (clusters/production)" in text.stdout
+    assert "\x1b[" not in text.stdout
+    md = run_cli("diff", str(git_repo), "-o", "markdown")
+    assert md.stdout.startswith("## kubectl triton diff\n")
+    assert "### cluster production: " in md.stdout
+    assert "| ➖ removed | `Kustomization/flux-system/text-embedder-a10g` | clusters/production | |" in md.stdout
+
+
+def test_base_is_the_merge_base_of_a_branch(git_repo: Path, run_cli):
+    git(git_repo, "checkout", "-q", "-b", "feature")
+    dep = git_repo / "overlays/image-classifier/model/deployment.yaml"
+    dep.write_text(dep.read_text().replace("24.12-py3", "25.01-py3"))
+    git(git_repo, "commit", "-qam", "new image")
+    git(git_repo, "checkout", "-q", "main")
+    other = git_repo / "base/platform/namespace.yaml"
+    other.write_text(other.read_text() + "# main moved on\n")
+    git(git_repo, "commit", "-qam", "main moves")
+    git(git_repo, "checkout", "-q", "feature")
+    res = run_cli("diff", str(git_repo), "--base", "main", "-o", "json")
+    doc = json.loads(res.stdout)
+    assert doc["base"]["commit"] == git(git_repo, "merge-base", "main", "feature")
+    rolls = [r for c in doc["clusters"] for r in c["rolls"]]
+    assert any("25.01-py3" in reason for r in rolls for reason in r["reasons"])
+
+
+def test_bad_ref_is_one_line_and_leaves_nothing_behind(git_repo: Path, run_cli):
+    res = run_cli("diff", str(git_repo), "--base", "no-such-branch")
+    assert res.exit_code == 2
+    assert res.stderr.startswith("error: --base no-such-branch: not a commit") and "Traceback" not in res.stderr
+    assert len(_worktrees(git_repo)) == 1
+
+
+def test_render_failure_is_reported_and_exits_1_and_worktree_removed(git_repo: Path, run_cli):
+    (git_repo / "overlays/image-classifier/l4/kustomization.yaml").write_text("resources: [missing.yaml]\n")
+    res = run_cli("diff", str(git_repo), "-o", "json")
+    assert res.exit_code == 1
+    doc = json.loads(res.stdout)
+    assert any(e.startswith("head: overlays/image-classifier/l4: kustomize build failed") for e in doc["errors"])
+    assert len(_worktrees(git_repo)) == 1
+
+
+def test_not_a_git_repository(repo_copy: Path, run_cli, monkeypatch):
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(repo_copy.parent))
+    res = run_cli("diff", str(repo_copy))
+    assert res.exit_code == 2 and res.stderr.count("\n") <= 2 and "Traceback" not in res.stderr
