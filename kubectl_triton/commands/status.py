@@ -99,12 +99,24 @@ class Collector:
             return self.kube.list("kustomizations", self.flux_namespace, tolerate=(404,)) or ([], "")
         return got
 
+    def routes(self, deployments: list[dict]) -> list[dict]:
+        """HTTPRoutes in scope, read only when a canary Deployment is (a cluster without the Gateway API, or
+        without the right to list routes, shows the tracks without weights)."""
+        from ..kube import RESOURCES, Resource
+
+        if not diag.canaries(deployments):
+            return []
+        RESOURCES.setdefault("httproutes", Resource("httproutes", "gateway.networking.k8s.io", "v1"))
+        got = self.kube.list("httproutes", self.namespace, tolerate=(403, 404))
+        return got[0] if got else []
+
     def snapshot(self) -> Snapshot:
         deployments, _ = self.list_source("deployments")
         snap = Snapshot(deployments=deployments, probing=self.probe)
         if deployments:  # nothing else matters without a Triton Deployment
             for field in ("pods", "events", "hpas", "kustomizations"):
                 setattr(snap, field, self.list_source(field)[0])
+            snap.routes = self.routes(deployments)
         return snap
 
     def enrich(self, snap: Snapshot) -> Snapshot:
@@ -154,7 +166,7 @@ def probe_triton(kube, namespace: str, pod: str, port: int, models: list[str]) -
         return Probe(None, error=health.error)
     states = []
     for model in models:
-        path = f"/v2/models/{quote(model, safe='')}"
+        path = f"/v2/models/{quote(model, safe='/')}"  # NAME or NAME/versions/N
         ready = kube.proxy_get(namespace, pod, port, f"{path}/ready")
         if ready.error:
             return Probe(None, error=ready.error)
@@ -237,6 +249,7 @@ def wait_for(collector: Collector, timeout_s: float, *, grace_s: float,
     changes: queue.Queue = queue.Queue()
     stop = threading.Event()
     informers: dict[str, Informer] = {}
+    routes: list[dict] | None = None
     for field in SOURCES:
         items, rv = collector.list_source(field)
         informers[field] = Informer(collector, field, items, rv, changes, stop)
@@ -245,6 +258,9 @@ def wait_for(collector: Collector, timeout_s: float, *, grace_s: float,
     try:
         while True:
             snap = Snapshot(**{f: informers[f].current() for f in SOURCES}, probing=collector.probe)
+            if routes is None and diag.canaries(snap.deployments):
+                routes = collector.routes(snap.deployments)  # read once: weights change through git
+            snap.routes = routes or []
             statuses = diag.diagnose(collector.enrich(snap), collector.models,
                                     namespace=collector.scope_name, unschedulable_grace_s=grace_s)
             elapsed = clock() - start

@@ -83,7 +83,14 @@ def short_revision(rev: str | None) -> str | None:
     return m.group(1) + m.group(2)[:7] if m else rev
 
 
+TRACK_LABEL, MODEL_LABEL, VERSION_LABEL = "triton.kubectl.io/track", "triton.kubectl.io/model", \
+    "triton.kubectl.io/model-version"
+TRITON_MODEL_ANN, STABLE_VERSION_ANN = "triton.kubectl.io/triton-model", "triton.kubectl.io/stable-version"
+
+
 def model_name(deployment: dict) -> str:
+    if _labels(deployment).get(TRACK_LABEL) and _labels(deployment).get(MODEL_LABEL):
+        return _labels(deployment)[MODEL_LABEL]  # a canary Deployment: the model it is a track of
     return _labels(deployment).get(INSTANCE_LABEL) or _meta(deployment).get("name", "").removesuffix("-triton")
 
 
@@ -142,7 +149,11 @@ def expected_models(deployment_or_pod: dict) -> list[str]:
     spec = (deployment_or_pod.get("spec") or {})
     spec = (spec.get("template") or {}).get("spec") or spec
     container = next((c for c in spec.get("containers") or [] if c.get("name") == TRITON_CONTAINER), {})
-    names = [_labels(deployment_or_pod).get(INSTANCE_LABEL)]
+    labels, ann = _labels(deployment_or_pod), _meta(deployment_or_pod).get("annotations") or {}
+    names = [labels.get(INSTANCE_LABEL)]
+    if labels.get(TRACK_LABEL) and ann.get(TRITON_MODEL_ANN):  # a canary: the version it must serve
+        names = [f"{ann[TRITON_MODEL_ANN]}/versions/{labels.get(VERSION_LABEL)}" if labels.get(VERSION_LABEL)
+                 else ann[TRITON_MODEL_ANN]]
     for arg in (container.get("command") or []) + (container.get("args") or []):
         if arg.startswith("--load-model="):
             names.append(arg.split("=", 1)[1])
@@ -209,7 +220,8 @@ def diagnose(snapshot: Snapshot, models: Iterable[str] = (), *, namespace: str =
     a Deployment is Unknown, reported in `namespace`)."""
     now = snapshot.now or datetime.now(timezone.utc)
     wanted = list(dict.fromkeys(models))
-    results = []
+    results: list[ModelStatus] = []
+    pairs: list[tuple[dict, ModelStatus]] = []
     seen = set()
     for dep in sorted(snapshot.deployments, key=lambda d: (_ns_name(d)[0], model_name(d))):
         name = model_name(dep)
@@ -217,12 +229,61 @@ def diagnose(snapshot: Snapshot, models: Iterable[str] = (), *, namespace: str =
             continue
         seen.add(name)
         results.append(diagnose_model(dep, snapshot, now, unschedulable_grace_s))
+        pairs.append((dep, results[-1]))
+    _tracks(snapshot, pairs)
     for name in wanted:
         if name not in seen:
             results.append(ModelStatus(name, namespace, UNKNOWN, "-", None, [reason(
                 "DeploymentNotFound", f"no Triton Deployment for model {name!r} in "
                 + (f"namespace {namespace}" if namespace else "any namespace"), SEV_UNKNOWN)]))
     return results
+
+
+def canaries(deployments: Iterable[dict]) -> list[dict]:
+    """Deployments that are the canary track of a model (written by `kubectl triton canary`)."""
+    return [d for d in deployments if _labels(d).get(TRACK_LABEL) == "canary" and _labels(d).get(MODEL_LABEL)]
+
+
+def _int(value: object) -> int | None:
+    try:
+        return int(str(value))
+    except (TypeError, ValueError):
+        return None
+
+
+def _tracks(snap: Snapshot, pairs: list[tuple[dict, ModelStatus]]) -> None:
+    """Mark the stable and canary rows of each model with a canary in progress: version and route weight.
+    The stable track is the model's Deployment without a track label in the canary's namespace."""
+    for can in canaries(snap.deployments):
+        ns, model = _ns_name(can)[0], model_name(can)
+        ann = _meta(can).get("annotations") or {}
+        stable = next((d for d in snap.deployments if _ns_name(d)[0] == ns and model_name(d) == model
+                       and not _labels(d).get(TRACK_LABEL)), None)
+        weights = _route_weights(snap.routes, ns, can, stable)
+        for dep, status in pairs:
+            if dep is can:
+                status.track, status.version = "canary", _int(_labels(can).get(VERSION_LABEL))
+            elif dep is stable:
+                status.track, status.version = "stable", _int(ann.get(STABLE_VERSION_ANN))
+            else:
+                continue
+            status.weight = weights.get(status.track)
+
+
+def _route_weights(routes: list[dict], ns: str, canary: dict, stable: dict | None) -> dict[str, int]:
+    """Weights (percent) of the stable and canary Services in the route that splits between them."""
+    names = {"canary": _ns_name(canary)[1]}
+    if stable is not None:
+        names["stable"] = _ns_name(stable)[1]
+    for route in routes:
+        if _meta(route).get("namespace") != ns:
+            continue
+        for rule in (route.get("spec") or {}).get("rules") or []:
+            refs = {b.get("name"): b for b in rule.get("backendRefs") or [] if isinstance(b, dict)}
+            if names["canary"] in refs:
+                total = sum(int(b.get("weight", 1)) for b in refs.values()) or 1
+                return {t: round(100 * int(refs[n].get("weight", 1)) / total) for t, n in names.items() if n in refs}
+    return {}
 
 
 def diagnose_model(dep: dict, snap: Snapshot, now: datetime, grace: float) -> ModelStatus:

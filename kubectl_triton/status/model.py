@@ -74,6 +74,7 @@ class Snapshot:
     events: list[dict] = field(default_factory=list)
     hpas: list[dict] = field(default_factory=list)
     kustomizations: list[dict] = field(default_factory=list)
+    routes: list[dict] = field(default_factory=list)  # HTTPRoutes, read only when a canary is in scope
     logs: dict[tuple[str, str, str], str] = field(default_factory=dict)
     probes: dict[tuple[str, str], Probe] = field(default_factory=dict)
     now: datetime | None = None
@@ -90,11 +91,17 @@ class ModelStatus:
     ready: str
     revision: str | None
     reasons: list[Reason] = field(default_factory=list)
+    track: str | None = None  # "stable" or "canary" while a canary of the model is in progress
+    version: int | None = None  # the Triton model version the track serves
+    weight: int | None = None  # its share of the route's traffic (percent), when the route was read
 
     @property
     def terminal(self) -> bool:
         return self.phase == FAILED and any(r.terminal for r in self.reasons)
 
     def as_dict(self) -> dict:
-        return {"model": self.model, "namespace": self.namespace, "phase": self.phase, "ready": self.ready,
-                "revision": self.revision, "reasons": [r.as_dict() for r in self.reasons]}
+        out = {"model": self.model, "namespace": self.namespace, "phase": self.phase, "ready": self.ready,
+               "revision": self.revision, "reasons": [r.as_dict() for r in self.reasons]}
+        if self.track:
+            out.update(track=self.track, version=self.version, weight=self.weight)
+        return out

@@ -18,18 +18,27 @@ def table(rows: list[tuple[str, ...]], headers: tuple[str, ...] = HEADERS) -> st
 
 
 def to_text(statuses: list[ModelStatus]) -> str:
-    rows = [(s.model, s.namespace or "-", s.phase, s.ready, short_revision(s.revision) or "-",
+    rows = [(_model_cell(s), s.namespace or "-", s.phase, s.ready, short_revision(s.revision) or "-",
              s.reasons[0].code if s.reasons else "-") for s in statuses]
     out = [table(rows)]
     for s in statuses:
         if not s.reasons:
             continue
         out.append("")
-        out.append(f"{s.model} ({s.phase}):")
+        out.append(f"{_model_cell(s)} ({s.phase}):")
         for r in s.reasons:
             out.append(f"  {r.code}: {r.message}")
             out.append(f"    fix: {r.fix}")
     return "\n".join(out)
+
+
+def _model_cell(s: ModelStatus) -> str:
+    """`model`, or during a canary `model [canary v2 10%]`."""
+    if not s.track:
+        return s.model
+    parts = [s.track] + ([f"v{s.version}"] if s.version is not None else []) + \
+        ([f"{s.weight}%"] if s.weight is not None else [])
+    return f"{s.model} [{' '.join(parts)}]"
 
 
 def to_json(statuses: list[ModelStatus]) -> str:
