@@ -146,9 +146,16 @@ class Kube:
         return f"context {self.context!r}: is the cluster up and the server URL right?" if self.context \
             else "is the cluster up and the server URL right?"
 
-    def _json(self, resp: Any) -> Any:
+    def _json(self, resp: Any, request: str = "request") -> Any:
+        """The response body as JSON; a body cut short or not JSON is a one-line ClusterError."""
+        from urllib3.exceptions import HTTPError
+
         try:
             return json.loads(resp.data)
+        except (HTTPError, OSError) as err:
+            raise ClusterError(f"{request}: the answer from {self.host} broke off: {_root_cause(err)}") from None
+        except (ValueError, RecursionError):
+            raise ClusterError(f"{request}: the answer from {self.host} is not valid JSON (truncated?)") from None
         finally:
             resp.release_conn()
 
@@ -167,7 +174,7 @@ class Kube:
             if resp.status in tolerate:
                 return None
             raise _translate_status(resp, "list", res.display, ns, self)
-        doc = self._json(resp)
+        doc = self._json(resp, f"list {res.display} {_scope(ns)}")
         kind = doc.get("kind", "List").removesuffix("List")
         items = doc.get("items") or []
         for item in items:  # lists omit kind/apiVersion on items; restore them
@@ -185,7 +192,7 @@ class Kube:
             if resp.status == 404:
                 return None
             raise _translate_status(resp, "get", f"{res.display} {name}", ns, self)
-        return self._json(resp)
+        return self._json(resp, f"get {res.display} {name} {_scope(ns)}")
 
     def watch(self, resource: str, namespace: str | None = None, *, resource_version: str = "",
               label_selector: str | None = None, field_selector: str | None = None,
