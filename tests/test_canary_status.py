@@ -58,3 +58,11 @@ def test_status_without_gateway_api_shows_tracks_without_weights(run_cli, api, m
     assert res.exit_code == 0, res.stderr
     assert [(m["track"], m["version"], m["weight"]) for m in json.loads(res.stdout)["models"]] == [
         ("stable", 1, None), ("canary", 2, None)]
+
+
+def test_status_named_model_and_canary(run_cli, api, monkeypatch):  # noqa: F811
+    canary_in_progress(api.cluster, monkeypatch)
+    res = run_cli("status", "--kubeconfig", str(api.kubeconfig_path), "--no-probe", "-o", "json",
+                  MODEL, f"{MODEL}-canary")
+    assert res.exit_code == 0, res.stdout
+    assert [m["track"] for m in json.loads(res.stdout)["models"]] == ["stable", "canary"]

@@ -224,10 +224,10 @@ def diagnose(snapshot: Snapshot, models: Iterable[str] = (), *, namespace: str =
     pairs: list[tuple[dict, ModelStatus]] = []
     seen = set()
     for dep in sorted(snapshot.deployments, key=lambda d: (_ns_name(d)[0], model_name(d))):
-        name = model_name(dep)
-        if wanted and name not in wanted:
+        name, instance = model_name(dep), _labels(dep).get(INSTANCE_LABEL)
+        if wanted and name not in wanted and instance not in wanted:
             continue
-        seen.add(name)
+        seen.update({name, instance})  # a canary is named by its model or by its instance (MODEL-canary)
         results.append(diagnose_model(dep, snapshot, now, unschedulable_grace_s))
         pairs.append((dep, results[-1]))
     _tracks(snapshot, pairs)
