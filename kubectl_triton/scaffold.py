@@ -42,6 +42,8 @@ _IMAGE_TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,100}")
 _PLAIN = re.compile(r"[A-Za-z0-9/._][A-Za-z0-9/._:@+\-]*")
 _YAML_WORDS = {"true", "false", "yes", "no", "on", "off", "null", "y", "n", "~"}
 
+TRITON_MODELS_ANNOTATION = "triton.kubectl.io/triton-models"
+
 
 # ---- options -------------------------------------------------------------------------------------
 
@@ -690,10 +692,12 @@ def model_yaml(opts: Options) -> str:
     return "\n".join(lines) + "\n"
 
 
-def deployment_patch(opts: Options) -> str:
+def deployment_patch(opts: Options, triton_models: list[str]) -> str:
     llm = opts.backend == "tensorrtllm"
     shm = "16Gi" if llm else "2Gi" if opts.backend in ("python", "ensemble") else "1Gi"
-    head = ["apiVersion: apps/v1", "kind: Deployment", "metadata:", "  name: any", "spec:"]
+    head = ["apiVersion: apps/v1", "kind: Deployment", "metadata:", "  name: any", "  annotations:",
+            "    # The Triton models this Deployment serves: what `kubectl triton status` probes.",
+            f"    {TRITON_MODELS_ANNOTATION}: {','.join(sorted(triton_models))}", "spec:"]
     if llm:
         head += ["  # Engine loading takes longer than the base's 10 minutes; stays below the Flux timeout (30m).",
                  "  progressDeadlineSeconds: 1500"]
@@ -839,7 +843,8 @@ def render(opts: Options, facts: RepoFacts) -> dict[str, str]:
     files = {f"models/{name}/{rel}": text for rel, text in inner.items()}
     files[f"models/{name}/model.yaml"] = model_yaml(opts)
     files[f"overlays/{name}/model/kustomization.yaml"] = component_kustomization(opts, list(inner))
-    files[f"overlays/{name}/model/deployment.yaml"] = deployment_patch(opts)
+    triton_models = {rel.split("/", 1)[0] for rel in inner if rel.endswith("/config.pbtxt")}
+    files[f"overlays/{name}/model/deployment.yaml"] = deployment_patch(opts, sorted(triton_models))
     flux_dir = f"clusters/{facts.cluster}/models"
     entries = []
     for gpu in opts.gpus:

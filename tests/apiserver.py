@@ -616,8 +616,10 @@ def labels(model: str) -> dict:
 def deployment(model: str, *, ns: str = NAMESPACE, replicas: int = 1, ready: int | None = None,
                updated: int | None = None, generation: int = 2, observed: int | None = None,
                progressing: tuple[str, str] = ("True", "NewReplicaSetAvailable"),
-               args: tuple[str, ...] = ()) -> dict:
-    """A Deployment as the lead's base/triton renders it, with a status the controller would write."""
+               args: tuple[str, ...] = (), triton_models: tuple[str, ...] | None = None) -> dict:
+    """A Deployment as the repository's overlays render it (its Triton models named in the
+    `triton.kubectl.io/triton-models` annotation; default: one model named like the instance), with a
+    status the controller would write."""
     ready = replicas if ready is None else ready
     updated = replicas if updated is None else updated
     observed = generation if observed is None else observed
@@ -628,7 +630,8 @@ def deployment(model: str, *, ns: str = NAMESPACE, replicas: int = 1, ready: int
     return {
         "apiVersion": "apps/v1", "kind": "Deployment",
         "metadata": {"name": name, "namespace": ns, "generation": generation, "labels": labels(model),
-                     "annotations": {"deployment.kubernetes.io/revision": str(generation)},
+                     "annotations": {"deployment.kubernetes.io/revision": str(generation),
+                                     "triton.kubectl.io/triton-models": ",".join(triton_models or (model,))},
                      "creationTimestamp": ts(-3600)},
         "spec": {
             "replicas": replicas, "progressDeadlineSeconds": 600,

@@ -323,3 +323,15 @@ def test_several_replicas_one_reason_each(run_cli, api):  # noqa: F811
     assert codes(m) == ["WorldSizeMismatch", "CrashLoopBackOff"]
     assert "(and 2 more)" in m["reasons"][0]["message"]
     assert api.cluster.count("log") == 3  # one log read per failing container
+
+
+def test_probe_targets_are_the_triton_models_the_deployment_serves():
+    """The instance label names the deployment unit; the probe asks Triton for its real model names."""
+    from kubectl_triton.status.diagnose import expected_models
+    from tests.apiserver import deployment
+
+    llm = deployment("llama3-8b", triton_models=("ensemble", "postprocessing", "preprocessing", "tensorrt_llm"))
+    assert expected_models(llm) == ["ensemble", "postprocessing", "preprocessing", "tensorrt_llm"]
+    bare = deployment("llama3-8b", args=("--load-model=ensemble",))
+    del bare["metadata"]["annotations"]["triton.kubectl.io/triton-models"]
+    assert expected_models(bare) == ["ensemble"]  # never "llama3-8b", which Triton does not serve

@@ -117,6 +117,8 @@ def test_unknown_manifest_field_is_a_schema_error(run_cli, repo_copy: Path):
     (("clusters/production/models/image-classifier-l4.yaml", "./overlays/image-classifier/l4",
       "./overlays/image-classifier/l5"), "FluxPathInvalid"),
     (("overlays/ensemble-pipeline/l4/kustomization.yaml", "../../gpus/l4", "../../gpus/l5"), "RenderFailed"),
+    (("overlays/image-classifier/model/deployment.yaml", "triton-models: image_classifier",
+      "triton-models: image_classifer"), "practice.ModelsAnnotation"),
 ])
 def test_each_rule_fails_the_gate(run_cli, repo_copy: Path, edit, code):
     _edit(repo_copy / edit[0], edit[1], edit[2])

@@ -17,6 +17,7 @@ TRITON_CONTAINER = "tritonserver"
 GPU_RESOURCE = "nvidia.com/gpu"
 LLM_STARTUP_BUDGET_S = 600  # TensorRT-LLM engines take minutes to deserialize and allocate the KV cache
 TP_SHM_MIN_BYTES = 1 << 30
+TRITON_MODELS_ANNOTATION = "triton.kubectl.io/triton-models"
 _UNITS = {"Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40, "k": 10**3, "M": 10**6, "G": 10**9}
 
 
@@ -26,6 +27,7 @@ class ModelFacts:
 
     uses_gpu: bool
     tensorrtllm: bool
+    models: tuple[str, ...] | None = None  # names in the assembled repository; None when unknown
 
 
 def model_facts(configs: Mapping[str, Any]) -> ModelFacts:
@@ -38,7 +40,7 @@ def model_facts(configs: Mapping[str, Any]) -> ModelFacts:
         elif config.platform != "ensemble" and config.backend != "python":
             groups = list(config.instance_group)
             uses_gpu |= not groups or any(g.kind in gpu_kinds for g in groups)
-    return ModelFacts(uses_gpu, tensorrtllm)
+    return ModelFacts(uses_gpu, tensorrtllm, tuple(sorted(configs)))
 
 
 def parse_quantity(value: Any) -> float | None:
@@ -154,6 +156,7 @@ def _check_workload(source: str, obj: dict, facts: ModelFacts, flux_timeout_s: i
     if _http_path(server.get("readinessProbe")) != "/v2/health/ready":
         out.append(_f(WARNING, "ReadinessProbe", "readinessProbe should be an HTTP GET on /v2/health/ready",
                       source, obj))
+    out += _check_models_annotation(source, obj, facts)
     deadline = int((obj.get("spec") or {}).get("progressDeadlineSeconds", 600))
     if flux_timeout_s is not None and deadline >= flux_timeout_s:
         out.append(_f(ERROR, "ProgressDeadline", f"progressDeadlineSeconds {deadline} is not below the Flux "
@@ -165,6 +168,22 @@ def _check_workload(source: str, obj: dict, facts: ModelFacts, flux_timeout_s: i
                       source, obj))
     out += _check_shm(source, obj, pod, server, facts, gpus)
     return out
+
+
+def _check_models_annotation(source: str, obj: dict, facts: ModelFacts) -> list[Finding]:
+    """The annotation `status` probes must name exactly the models the overlay's repository holds."""
+    if facts.models is None:
+        return []
+    annotations = (obj.get("metadata") or {}).get("annotations") or {}
+    if TRITON_MODELS_ANNOTATION not in annotations:
+        return [_f(WARNING, "ModelsAnnotation", f"no {TRITON_MODELS_ANNOTATION} annotation: `kubectl triton "
+                   f"status` can only probe Triton's readiness, not each model ({', '.join(facts.models)})",
+                   source, obj)]
+    listed = sorted({n.strip() for n in str(annotations[TRITON_MODELS_ANNOTATION]).split(",") if n.strip()})
+    if listed != sorted(facts.models):
+        return [_f(ERROR, "ModelsAnnotation", f"{TRITON_MODELS_ANNOTATION} lists {', '.join(listed) or 'nothing'} "
+                   f"but the model repository holds {', '.join(facts.models)}", source, obj)]
+    return []
 
 
 def _check_shm(source: str, obj: dict, pod: dict, server: dict, facts: ModelFacts, gpus: int) -> list[Finding]:

@@ -86,6 +86,9 @@ def short_revision(rev: str | None) -> str | None:
 TRACK_LABEL, MODEL_LABEL, VERSION_LABEL = "triton.kubectl.io/track", "triton.kubectl.io/model", \
     "triton.kubectl.io/model-version"
 TRITON_MODEL_ANN, STABLE_VERSION_ANN = "triton.kubectl.io/triton-model", "triton.kubectl.io/stable-version"
+# The Triton models a Deployment serves (comma-separated), written by each model's overlay Component:
+# the instance label names the deployment unit (llama3-8b), not a Triton model (ensemble, tensorrt_llm, ...).
+TRITON_MODELS_ANN = "triton.kubectl.io/triton-models"
 
 
 def model_name(deployment: dict) -> str:
@@ -145,12 +148,13 @@ def _http_port(pod: dict) -> int:
 
 
 def expected_models(deployment_or_pod: dict) -> list[str]:
-    """Models Triton in this pod must serve: the instance label's, plus any --load-model=NAME."""
+    """Models Triton in this pod must serve: the Deployment's triton-models annotation, plus any
+    --load-model=NAME. Without either only the server's readiness is probed."""
     spec = (deployment_or_pod.get("spec") or {})
     spec = (spec.get("template") or {}).get("spec") or spec
     container = next((c for c in spec.get("containers") or [] if c.get("name") == TRITON_CONTAINER), {})
     labels, ann = _labels(deployment_or_pod), _meta(deployment_or_pod).get("annotations") or {}
-    names = [labels.get(INSTANCE_LABEL)]
+    names = [n.strip() for n in str(ann.get(TRITON_MODELS_ANN, "")).split(",")]
     if labels.get(TRACK_LABEL) and ann.get(TRITON_MODEL_ANN):  # a canary: the version it must serve
         names = [f"{ann[TRITON_MODEL_ANN]}/versions/{labels.get(VERSION_LABEL)}" if labels.get(VERSION_LABEL)
                  else ann[TRITON_MODEL_ANN]]
