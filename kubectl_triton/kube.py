@@ -64,6 +64,7 @@ RESOURCES: dict[str, Resource] = {
     "deployments": Resource("deployments", "apps", "v1"),
     "horizontalpodautoscalers": Resource("horizontalpodautoscalers", "autoscaling", "v2"),
     "kustomizations": Resource("kustomizations", "kustomize.toolkit.fluxcd.io", "v1"),
+    "httproutes": Resource("httproutes", "gateway.networking.k8s.io", "v1"),
 }
 
 

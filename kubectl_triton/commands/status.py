@@ -102,11 +102,9 @@ class Collector:
     def routes(self, deployments: list[dict]) -> list[dict]:
         """HTTPRoutes in scope, read only when a canary Deployment is (a cluster without the Gateway API, or
         without the right to list routes, shows the tracks without weights)."""
-        from ..kube import RESOURCES, Resource
 
         if not diag.canaries(deployments):
             return []
-        RESOURCES.setdefault("httproutes", Resource("httproutes", "gateway.networking.k8s.io", "v1"))
         got = self.kube.list("httproutes", self.namespace, tolerate=(403, 404))
         return got[0] if got else []
 
