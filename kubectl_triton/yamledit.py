@@ -3,6 +3,7 @@ order, indentation and quoting of everything not edited survive byte for byte.""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -46,10 +47,77 @@ def _dump(yaml: Any, doc: Any) -> str:
     return out.getvalue()
 
 
+def _split_preamble(text: str) -> tuple[str, str]:
+    """(lines up to and including a leading `---`, the rest): comments and directives before the document
+    start marker, which the round-trip dumper would drop, are kept verbatim instead."""
+    lines = text.splitlines(keepends=True)
+    for i, line in enumerate(lines):
+        stripped = line.strip()
+        if stripped == "---":
+            return "".join(lines[:i + 1]), "".join(lines[i + 1:])
+        if stripped and not stripped.startswith(("#", "%")):
+            return "", text
+    if text and not text.endswith("\n"):  # comments only: keep them all, the document follows
+        text += "\n"
+    return text, ""
+
+
 def edit_resources(text: str, *, add: Iterable[str] = (), remove: Iterable[str] = (),
                    source: str = "kustomization.yaml") -> str:
     """`text` with `add` entries appended to `resources:` (those already listed are skipped) and `remove`
-    entries dropped. Returns `text` itself when nothing changes; everything else is kept as written."""
+    entries dropped. Returns `text` itself when nothing changes; everything else is kept as written
+    (a leading `---` and what precedes it, CRLF line ends)."""
+    crlf = "\r\n" in text
+    preamble, body = _split_preamble(text.replace("\r\n", "\n") if crlf else text)
+    add, remove = list(add), list(remove)
+    edited = _edit_resources(body, add=add, remove=remove, source=source)
+    if edited is not body and not remove:
+        inserted = _insert_lines(body, edited, add, source)
+        if inserted is not None:
+            edited = inserted
+    if edited is body:
+        return text
+    out = preamble + edited
+    return out.replace("\n", "\r\n") if crlf else out
+
+
+_PLAIN = re.compile(r"^[A-Za-z0-9_./-]+$")
+_ITEM = re.compile(r"^(\s*)- ")
+
+
+def _insert_lines(body: str, edited: str, add: list[str], source: str) -> str | None:
+    """The same edit as `edited`, made by inserting lines into `body` after the last item of a block-style
+    top-level `resources:` list, in that list's own indentation: other blocks are not re-indented. None when
+    the list is not of that shape (then the round-trip dump stands)."""
+    lines = body.splitlines(keepends=True)
+    start = next((i for i, ln in enumerate(lines) if re.match(r"^resources:\s*(#.*)?$", ln.rstrip("\r\n"))), None)
+    if start is None:
+        return None
+    last, indent = None, None
+    for i in range(start + 1, len(lines)):
+        text = lines[i].rstrip("\r\n")
+        m = _ITEM.match(text)
+        if m and (indent is None or m.group(1) == indent):
+            last, indent = i, m.group(1)
+        elif not text.strip() or text.lstrip().startswith("#"):
+            continue
+        elif last is not None and len(text) - len(text.lstrip()) > len(indent or ""):
+            last = i  # a continuation of the last item
+        else:
+            break
+    if last is None:
+        return None
+    new = [a for a in add if a not in resources_of(body, source)]
+    if not new or not all(_PLAIN.match(a) for a in new):
+        return None
+    if not lines[last].endswith("\n"):
+        lines[last] += "\n"
+    lines[last + 1:last + 1] = [f"{indent}- {a}\n" for a in new]
+    out = "".join(lines)
+    return out if resources_of(out, source) == resources_of(edited, source) else None
+
+
+def _edit_resources(text: str, *, add: Iterable[str], remove: Iterable[str], source: str) -> str:
     add, remove = [a for a in add], set(remove)
     yaml, doc = _yaml(text, source)
     resources = doc.get("resources")

@@ -3,6 +3,7 @@ directory or a build Job's log), then write it atomically inside the repository.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -114,28 +115,43 @@ def destination(root: Path, model: str, key: str) -> Path:
 
 
 def write(dest: Path, meta: Metadata) -> list[str]:
-    """Write the metadata files into `dest`, replacing what was there in one rename."""
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{dest.name}."))
-    written = []
+    """Write the metadata files into `dest`, replacing what was there in one rename. On any failure the
+    tree is left as it was (folders this call created removed, the old `dest` put back) and InputError
+    names `dest`."""
+    created = [p for p in reversed([dest.parent, *dest.parent.parents]) if not p.exists()]
+    tmp: Path | None = None
+    old: Path | None = None
+    moved_old = placed = False
+    written: list[str] = []
     try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{dest.name}."))
         documents = {CONFIG: meta.config, BUILD_INFO: meta.build_info, ENGINE_FILES: meta.files or None}
         for name, doc in documents.items():
             if doc is not None:
                 (tmp / name).write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
                 written.append(name)
         os.chmod(tmp, 0o755)
-        old = None
         if dest.exists():
             old = dest.with_name(f".{dest.name}.old")
             shutil.rmtree(old, ignore_errors=True)
             os.replace(dest, old)
+            moved_old = True
         os.replace(tmp, dest)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        placed = True
+    except BaseException as err:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+        if moved_old and not placed and old is not None:
+            os.replace(old, dest)
+        for folder in reversed(created):
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+        if isinstance(err, OSError):
+            raise InputError(f"{dest}: cannot write: {err.strerror or err}; nothing was changed") from None
         raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
     return written
 
 
