@@ -22,7 +22,7 @@ from .findings import ERROR, WARNING, Finding
 INSTANCE_LABEL = "app.kubernetes.io/instance"
 # Repository-wide checks with the signature check(root: Path, targets: list[Target]) -> list[Finding],
 # run when their module exists.
-REPO_CHECKS = ("kubectl_triton.checks.security", "kubectl_triton.checks.routes")
+REPO_CHECKS = ("kubectl_triton.checks.enginebuild", "kubectl_triton.checks.security", "kubectl_triton.checks.routes")
 
 
 @dataclass

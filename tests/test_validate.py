@@ -117,6 +117,11 @@ def test_unknown_manifest_field_is_a_schema_error(run_cli, repo_copy: Path):
     (("clusters/production/models/image-classifier-l4.yaml", "./overlays/image-classifier/l4",
       "./overlays/image-classifier/l5"), "FluxPathInvalid"),
     (("overlays/ensemble-pipeline/l4/kustomization.yaml", "../../gpus/l4", "../../gpus/l5"), "RenderFailed"),
+    (("overlays/llama3-8b/model/deployment.yaml", "image: nvcr.io/nvidia/tritonserver:24.12-trtllm-python-py3\n"
+      "          startupProbe", "image: nvcr.io/nvidia/tritonserver:25.01-trtllm-python-py3\n          startupProbe"),
+     "EngineBuildImageMismatch"),
+    (("models/llama3-8b/model.yaml", "engine_dir: /artifacts/llama3-8b/engines/h100-80gb",
+      "engine_dir: /artifacts/llama3-8b/engines/h100"), "EngineDirMismatch"),
     (("overlays/image-classifier/model/deployment.yaml", "triton-models: image_classifier",
       "triton-models: image_classifer"), "practice.ModelsAnnotation"),
 ])
