@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: install test lint render bench fuzz clean
+.PHONY: install test lint render bench fuzz dist clean
 
 install: $(BIN)/kubectl-triton
 
@@ -31,6 +31,21 @@ bench: install
 # Property-based tests with many more examples than `make test` runs.
 fuzz: install
 	KUBECTL_TRITON_FUZZ_EXAMPLES=10000 $(BIN)/python -m pytest -q tests -k fuzz -p no:cacheprovider
+
+# dist/kubectl-triton: one executable file (a shiv zip application holding the plugin and every dependency) for
+# krew and GitHub releases. It holds compiled wheels, so it runs on this OS/architecture with this Python minor
+# version: the interpreter line names it (python3.11 in releases). First run unpacks to ~/.shiv (SHIV_ROOT).
+PY_MINOR = $(shell $(BIN)/python -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")' 2>/dev/null)
+DIST_PYTHON ?= /usr/bin/env python$(PY_MINOR)
+dist: install
+	$(BIN)/python -m pip install --quiet -e '.[dist]'
+	rm -rf build dist/kubectl-triton dist/kubectl-triton.sha256
+	mkdir -p dist
+	$(BIN)/shiv --compressed --reproducible -c kubectl-triton -p '$(DIST_PYTHON)' -o dist/kubectl-triton . --quiet
+	rm -rf build
+	$(BIN)/python -c 'import hashlib; print(hashlib.sha256(open("dist/kubectl-triton", "rb").read()).hexdigest(), \
+	  " kubectl-triton")' > dist/kubectl-triton.sha256
+	@echo "built: dist/kubectl-triton ($$(du -h dist/kubectl-triton | cut -f1), $(DIST_PYTHON))"
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .ruff_cache

@@ -31,6 +31,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+COMPLETE_VAR = "_KUBECTL_TRITON_COMPLETE"
+
+
 class LazyGroup(click.Group):
     """Imports `kubectl_triton.commands.<module>` only when its command is invoked or its help shown."""
 
@@ -83,7 +86,10 @@ def cli(ctx: click.Context, kubeconfig: str | None, kube_context: str | None,
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry: run the group and translate the error set into exit codes."""
     try:
-        code = cli.main(args=argv, prog_name="kubectl triton", standalone_mode=False)
+        # Shell completion (_KUBECTL_TRITON_COMPLETE=bash_source|zsh_source|fish_source) completes the
+        # `kubectl-triton` executable; messages and usage name the command as kubectl users type it.
+        prog = "kubectl-triton" if os.environ.get(COMPLETE_VAR) else "kubectl triton"
+        code = cli.main(args=argv, prog_name=prog, complete_var=COMPLETE_VAR, standalone_mode=False)
     except TritonCtlError as err:
         click.echo(f"error: {err.message}", err=True)
         if err.hint:

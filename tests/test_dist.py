@@ -1,0 +1,135 @@
+"""Distribution: the wheel pipx installs, `make dist`'s zip application, the krew manifest template, the
+release workflow that fills it, and shell completion."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+from .conftest import REPO
+
+PLACEHOLDERS = ("{{VERSION}}", "{{SHA256_LINUX_AMD64}}", "{{SHA256_DARWIN_ARM64}}")
+VENV_BIN = Path(sys.executable).parent
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    """The wheel `pipx install .` (pip) builds from this checkout, without its dependencies."""
+    out = tmp_path_factory.mktemp("wheel")
+    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps",
+                           "-w", str(out), str(REPO)], capture_output=True, text=True, cwd=out)
+    assert proc.returncode == 0, proc.stderr
+    [whl] = out.glob("kubectl_triton-*.whl")
+    return whl
+
+
+def test_wheel_holds_the_package_data_and_entry_points(wheel: Path):
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for data in ("kubectl_triton/data/metrics.yaml", "kubectl_triton/data/gpus.yaml",
+                 "kubectl_triton/data/crds/monitoring.coreos.com/prometheusrule_v1.json",
+                 "kubectl_triton/data/crds/LICENSE"):
+        assert data in names, data
+    assert any(n.startswith("kubectl_triton/data/templates/") for n in names)
+    entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
+    text = zipfile.ZipFile(wheel).read(entry_points).decode()
+    assert "kubectl-triton = kubectl_triton.cli:main" in text
+
+
+def test_zipapp_runs_the_plugin_from_one_file(wheel: Path, tmp_path: Path):
+    """shiv as `make dist` runs it, with the dependencies left out (the venv provides them) to stay fast."""
+    shiv = VENV_BIN / "shiv"
+    if not shiv.exists():
+        pytest.skip("shiv is not installed (pip install -e '.[dist]')")
+    app = tmp_path / "kubectl-triton"
+    proc = subprocess.run([str(shiv), "--reproducible", "-c", "kubectl-triton", "-p", "/usr/bin/env python3",
+                           "-o", str(app), str(wheel), "--no-deps", "--quiet"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    site = next(p for p in sys.path if p.endswith("site-packages"))
+    env = {**os.environ, "PYTHONPATH": site, "SHIV_ROOT": str(tmp_path / "shiv")}
+    out = subprocess.run([sys.executable, str(app), "validate", str(REPO), "--no-compat"], capture_output=True,
+                         text=True, env=env, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.rstrip().endswith("0 error(s), 0 warning(s)")
+    # the package ran from the zip application (unpacked into SHIV_ROOT), not from the checkout
+    assert list((tmp_path / "shiv").glob("kubectl-triton_*/site-packages/kubectl_triton/data/metrics.yaml"))
+
+
+def test_make_dist_builds_one_executable_with_shiv():
+    proc = subprocess.run(["make", "-n", "dist"], cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    shiv_line = next(ln for ln in proc.stdout.splitlines() if "/shiv " in ln)
+    assert "-c kubectl-triton" in shiv_line and "-o dist/kubectl-triton" in shiv_line
+    assert "python3." in shiv_line  # the interpreter line names the Python minor the wheels were built for
+    extras = (REPO / "setup.cfg").read_text()
+    assert "dist =\n    shiv" in extras
+
+
+@pytest.mark.skipif(not (REPO / "dist/kubectl-triton").exists(), reason="run `make dist` to test the release file")
+def test_built_executable_validates_the_repository(tmp_path: Path):
+    exe = REPO / "dist/kubectl-triton"
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env["PATH"] = os.pathsep.join(p for p in env["PATH"].split(os.pathsep) if Path(p) != VENV_BIN)
+    env["SHIV_ROOT"] = str(tmp_path / "shiv")
+    proc = subprocess.run([str(exe), "validate", str(REPO), "--no-compat"], capture_output=True, text=True,
+                          env=env, cwd=tmp_path, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_krew_manifest_template_is_complete_once_the_workflow_fills_it():
+    template = (REPO / "plugins/triton.yaml").read_text()
+    for placeholder in PLACEHOLDERS:
+        assert placeholder in template
+    filled = template.replace("{{VERSION}}", "0.1.0")
+    for placeholder in PLACEHOLDERS[1:]:
+        filled = filled.replace(placeholder, "a" * 64)
+    assert "{{" not in filled
+    plugin = yaml.safe_load(filled)
+    assert plugin["apiVersion"] == "krew.googlecontainertools.github.com/v1alpha2" and plugin["kind"] == "Plugin"
+    assert plugin["metadata"]["name"] == "triton"  # `kubectl krew install triton` -> `kubectl triton`
+    spec = plugin["spec"]
+    assert spec["version"] == "v0.1.0"
+    assert len(spec["shortDescription"]) <= 50 and spec["description"].strip() and spec["caveats"].strip()
+    for platform in spec["platforms"]:
+        assert platform["bin"] == "kubectl-triton" and platform["sha256"] == "a" * 64
+        assert platform["uri"].endswith(".tar.gz")
+
+
+def test_release_workflow_builds_fills_every_placeholder_and_publishes():
+    workflow = yaml.safe_load((REPO / ".github/workflows/release.yaml").read_text())
+    assert workflow[True]["push"]["tags"] == ["v*"]
+    build_runs = "\n".join(s.get("run", "") for s in workflow["jobs"]["build"]["steps"])
+    assert "make dist" in build_runs and "tar -C pkg -czf" in build_runs
+    platforms = {m["platform"] for m in workflow["jobs"]["build"]["strategy"]["matrix"]["include"]}
+    template = yaml.safe_load((REPO / "plugins/triton.yaml").read_text())
+    uris = {p["uri"].rsplit("/", 1)[1] for p in template["spec"]["platforms"]}
+    assert uris == {f"kubectl-triton-{p}.tar.gz" for p in platforms}
+    release_runs = "\n".join(s.get("run", "") for s in workflow["jobs"]["release"]["steps"])
+    for placeholder in PLACEHOLDERS:
+        assert placeholder.replace("{{", "s/{{") in release_runs, placeholder
+    assert "gh release create" in release_runs
+
+
+@pytest.mark.parametrize(("shell", "marker"), [("bash", "complete -o nosort -F _kubectl_triton_completion "
+                                                         "kubectl-triton"),
+                                                ("zsh", "compdef _kubectl_triton_completion kubectl-triton"),
+                                                ("fish", "complete --no-files --command kubectl-triton")])
+def test_shell_completion_scripts(shell: str, marker: str):
+    proc = subprocess.run([str(VENV_BIN / "kubectl-triton")], capture_output=True, text=True,
+                          env={**os.environ, "_KUBECTL_TRITON_COMPLETE": f"{shell}_source"})
+    assert proc.returncode == 0 and marker in proc.stdout
+
+
+def test_completion_completes_commands_and_options():
+    env = {**os.environ, "_KUBECTL_TRITON_COMPLETE": "bash_complete", "COMP_WORDS": "kubectl-triton di",
+           "COMP_CWORD": "1"}
+    proc = subprocess.run([str(VENV_BIN / "kubectl-triton")], capture_output=True, text=True, env=env)
+    assert "plain,diff" in proc.stdout.split()
+    env.update(COMP_WORDS="kubectl-triton --color ", COMP_CWORD="2")
+    proc = subprocess.run([str(VENV_BIN / "kubectl-triton")], capture_output=True, text=True, env=env)
+    assert proc.stdout.split() == ["plain,auto", "plain,always", "plain,never"]
