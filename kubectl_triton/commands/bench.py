@@ -66,7 +66,7 @@ def target_options(f):
 @target_options
 @click.option("--concurrency", default="1,2,4,8,16,32", show_default=True, help="Concurrency levels.")
 @click.option("--duration", default="10s", show_default=True, help="Measurement window per level.")
-@click.option("--warmup", default=None, help="Unmeasured load before each window (default: 20%% of --duration, "
+@click.option("--warmup", default=None, help="Unmeasured load before each window (default: 20% of --duration, "
                                              "at most 2s).")
 @click.pass_context
 def command(ctx: click.Context, model: str, url: str | None, namespace: str | None, pod: str | None,

@@ -81,7 +81,7 @@ def write_config(model: str, repo_root: str | None, repo_model: str | None, best
 @click.option("--concurrency", type=click.IntRange(1, 4096), default=16, show_default=True,
               help="Concurrency every candidate is measured at.")
 @click.option("--duration", default="10s", show_default=True, help="Measurement window per candidate.")
-@click.option("--warmup", default=None, help="Unmeasured load first (default: 20%% of --duration, at most 2s).")
+@click.option("--warmup", default=None, help="Unmeasured load first (default: 20% of --duration, at most 2s).")
 @click.option("--instances", default="1,2", show_default=True, help="Instance counts (per instance group).")
 @click.option("--max-queue-delay-us", "delays", default="0,500,2000", show_default=True,
               help="max_queue_delay_microseconds values.")
