@@ -61,19 +61,19 @@ def check_objects(builds: list[tuple[str, dict]], serving: list[tuple[str, dict]
 
 def check_engine_dirs(root: Path) -> list[Finding]:
     """model.yaml's engine.engine_dir must be the path the tensorrt_llm config serves the engine from."""
-    import yaml
-
-    from .. import pbtxt
+    from .. import pbtxt, yamlio
     from ..errors import TritonCtlError
 
     out = []
     for meta_file in sorted((root / "models").glob("*/model.yaml")):
         try:
-            meta = yaml.safe_load(meta_file.read_text(encoding="utf-8")) or {}
-        except (OSError, yaml.YAMLError):
-            continue  # reported by the readers that need it
-        engine_dir = ((meta.get("engine") or {}) if isinstance(meta, dict) else {}).get("engine_dir")
-        if not engine_dir:
+            docs = yamlio.load_all(meta_file)
+        except TritonCtlError:
+            continue  # the metadata checks report unreadable files
+        meta = docs[0] if docs and isinstance(docs[0], dict) else {}
+        engine = meta.get("engine")
+        engine_dir = engine.get("engine_dir") if isinstance(engine, dict) else None
+        if not isinstance(engine_dir, str) or not engine_dir:
             continue
         for config_file in sorted(meta_file.parent.glob("*/config.pbtxt")):
             try:
