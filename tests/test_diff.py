@@ -147,10 +147,10 @@ def test_new_model_and_removed_flux_kustomization_in_text_and_markdown(git_repo:
     assert "+ Deployment/triton/resnet50-triton  (overlays/resnet50/t4)" in text.stdout
     assert "+ Kustomization/flux-system/resnet50-t4  (clusters/production)" in text.stdout
     assert "\x1b[" not in text.stdout
-    md = run_cli("diff", str(git_repo), "-o", "markdown")
-    assert md.stdout.startswith("## kubectl triton diff\n")
-    assert "### cluster production: " in md.stdout
-    assert "| ➖ removed | `Kustomization/flux-system/text-embedder-a10g` | clusters/production | |" in md.stdout
+    md = diff.to_markdown(diff.compare(git_repo, "HEAD"))
+    assert md.startswith("## kubectl triton diff\n")
+    assert "### cluster production: " in md
+    assert "| ➖ removed | `Kustomization/flux-system/text-embedder-a10g` | clusters/production | |" in md
 
 
 def test_base_is_the_merge_base_of_a_branch(git_repo: Path, run_cli):
