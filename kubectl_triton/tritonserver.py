@@ -215,10 +215,13 @@ class TritonServer:
                 self._wait_live(timeout)
                 return self
             except TritonServerError:
-                log = self.log
+                log, code = self.log, self._returncode()
                 self.stop()
                 taken = "address already in use" in log.lower() or "failed to bind" in log.lower()
-                if attempt < 2 and taken:
+                # Killed by a signal while starting (seen rarely on loaded CI hosts: SIGABRT before any model
+                # loaded) says nothing about the repository; a reproducible crash fails the second time too.
+                crashed = code is not None and code < 0
+                if attempt < 2 and (taken or (crashed and attempt == 0)):
                     continue
                 raise
         raise AssertionError("unreachable")

@@ -143,7 +143,7 @@ def test_validate_reports_security_findings(run_cli, repo_copy):
 
 
 def test_documented_codes_and_annotation():
-    doc = (Path(__file__).resolve().parents[1] / "docs" / "security.md").read_text()
+    doc = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     assert EXEMPT_ANNOTATION in doc
     for code in security.CODES:
         assert code in doc, code
