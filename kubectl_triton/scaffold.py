@@ -847,7 +847,12 @@ def render(opts: Options, facts: RepoFacts) -> dict[str, str]:
     files[f"overlays/{name}/model/deployment.yaml"] = deployment_patch(opts, sorted(triton_models))
     flux_dir = f"clusters/{facts.cluster}/models"
     entries = []
-    for gpu in opts.gpus:
+    for index, gpu in enumerate(opts.gpus):
+        files[f"overlays/{name}/{gpu}/kustomization.yaml"] = serving_kustomization(opts, gpu)
+        if index:
+            # One GPU type per model per cluster: the overlays render the same object names, so a second one
+            # registered here would fight the first. Further --gpu overlays are for other clusters.
+            continue
         depends: tuple[str, ...] = ()
         if opts.backend == "tensorrtllm":
             build = f"{name}-{gpu}-engine-build"
@@ -856,7 +861,6 @@ def render(opts: Options, facts: RepoFacts) -> dict[str, str]:
                 build, f"overlays/{name}/{gpu}-engine-build", timeout="2h", force=True)
             entries.append(f"{build}.yaml")
             depends = (build,)
-        files[f"overlays/{name}/{gpu}/kustomization.yaml"] = serving_kustomization(opts, gpu)
         files[f"{flux_dir}/{name}-{gpu}.yaml"] = flux_kustomization(
             f"{name}-{gpu}", f"overlays/{name}/{gpu}", timeout="30m" if depends else "15m", depends=depends)
         entries.append(f"{name}-{gpu}.yaml")

@@ -110,7 +110,9 @@ def test_dry_run_prints_every_file_and_writes_nothing(add, repo_copy):
                 "overlays/resnet/l4/kustomization.yaml",
                 "clusters/production/models/resnet-t4.yaml", KUSTOMIZATION):
         assert f"==> {rel} <==" in result.stdout
-    assert 'name: "resnet"' in result.stdout and "  - resnet-l4.yaml" in result.stdout
+    assert 'name: "resnet"' in result.stdout and "  - resnet-t4.yaml" in result.stdout
+    # One GPU type per model per cluster: the l4 overlay is written for other clusters, not registered here.
+    assert "resnet-l4.yaml" not in result.stdout
     assert snapshot(repo_copy) == before
 
 
@@ -219,7 +221,7 @@ def test_comments_key_order_and_quoting_of_the_cluster_kustomization_survive(add
     (repo_copy / KUSTOMIZATION).write_text(USER_EDITED)
     assert add("resnet", *ONNX).exit_code == 0
     expected = USER_EDITED.replace("    - text-embedder-a10g.yaml\n",
-                                   "    - text-embedder-a10g.yaml\n    - resnet-t4.yaml\n    - resnet-l4.yaml\n")
+                                   "    - text-embedder-a10g.yaml\n    - resnet-t4.yaml\n")
     assert (repo_copy / KUSTOMIZATION).read_text() == expected
 
 
@@ -253,7 +255,15 @@ def test_several_clusters_need_cluster_and_the_named_one_is_edited(add, repo_cop
     assert add("resnet", *ONNX, "--cluster", "staging").exit_code == 0
     assert (repo_copy / KUSTOMIZATION).read_bytes() == production
     assert "- resnet-t4.yaml" in (repo_copy / "clusters/staging/models/kustomization.yaml").read_text()
-    assert (repo_copy / "clusters/staging/models/resnet-l4.yaml").is_file()
+    assert not (repo_copy / "clusters/staging/models/resnet-l4.yaml").exists()
+
+
+def test_a_model_on_two_gpu_types_passes_validate(add, repo_copy, run_cli):
+    """Both overlays render the same object names: only the first --gpu is registered in the cluster."""
+    assert add("resnet", *ONNX).exit_code == 0
+    assert (repo_copy / "overlays/resnet/l4/kustomization.yaml").is_file()
+    result = run_cli("validate", str(repo_copy), "--no-compat")
+    assert result.exit_code == 0, result.stdout
 
 
 def test_failure_while_staging_leaves_no_temporary_folder(add, repo_copy, monkeypatch):
