@@ -71,10 +71,10 @@ def edit_resources(text: str, *, add: Iterable[str] = (), remove: Iterable[str] 
     preamble, body = _split_preamble(text.replace("\r\n", "\n") if crlf else text)
     add, remove = list(add), list(remove)
     edited = _edit_resources(body, add=add, remove=remove, source=source)
-    if edited is not body and not remove:
-        inserted = _insert_lines(body, edited, add, source)
-        if inserted is not None:
-            edited = inserted
+    if edited is not body:
+        by_lines = _edit_lines(body, edited, add, remove, source)
+        if by_lines is not None:
+            edited = by_lines
     if edited is body:
         return text
     out = preamble + edited
@@ -85,34 +85,45 @@ _PLAIN = re.compile(r"^[A-Za-z0-9_./-]+$")
 _ITEM = re.compile(r"^(\s*)- ")
 
 
-def _insert_lines(body: str, edited: str, add: list[str], source: str) -> str | None:
-    """The same edit as `edited`, made by inserting lines into `body` after the last item of a block-style
-    top-level `resources:` list, in that list's own indentation: other blocks are not re-indented. None when
-    the list is not of that shape (then the round-trip dump stands)."""
+def _item_value(line: str) -> str:
+    """The scalar of a one-line block sequence item (`- x`, `- "x"  # note`)."""
+    value = _ITEM.sub("", line, count=1).split(" #", 1)[0].strip()
+    return value[1:-1] if len(value) > 1 and value[0] == value[-1] and value[0] in "'\"" else value
+
+
+def _edit_lines(body: str, edited: str, add: list[str], remove: list[str], source: str) -> str | None:
+    """The same edit as `edited`, made on `body`'s lines: items of a block-style top-level `resources:` list are
+    deleted and appended after its last item in the list's own indentation, so no other line changes. None
+    when the list is not of that shape (then the round-trip dump stands)."""
     lines = body.splitlines(keepends=True)
     start = next((i for i, ln in enumerate(lines) if re.match(r"^resources:\s*(#.*)?$", ln.rstrip("\r\n"))), None)
     if start is None:
         return None
-    last, indent = None, None
+    last, indent, items = None, None, []
     for i in range(start + 1, len(lines)):
         text = lines[i].rstrip("\r\n")
         m = _ITEM.match(text)
         if m and (indent is None or m.group(1) == indent):
             last, indent = i, m.group(1)
+            items.append(i)
         elif not text.strip() or text.lstrip().startswith("#"):
             continue
         elif last is not None and len(text) - len(text.lstrip()) > len(indent or ""):
-            last = i  # a continuation of the last item
+            return None  # a multi-line item: leave it to the round trip
         else:
             break
     if last is None:
         return None
-    new = [a for a in add if a not in resources_of(body, source)]
-    if not new or not all(_PLAIN.match(a) for a in new):
+    present = resources_of(body, source)
+    new = [a for a in dict.fromkeys(add) if a not in present and a not in remove]
+    if not all(_PLAIN.match(a) for a in new):
         return None
     if not lines[last].endswith("\n"):
         lines[last] += "\n"
     lines[last + 1:last + 1] = [f"{indent}- {a}\n" for a in new]
+    for i in reversed(items):
+        if _item_value(lines[i].rstrip("\r\n")) in remove:
+            del lines[i]
     out = "".join(lines)
     return out if resources_of(out, source) == resources_of(edited, source) else None
 
