@@ -8,7 +8,7 @@ import click
 
 from .. import repo
 from ..canary import plan_abort, read_facts
-from .canary import apply
+from ._plan import apply_plan
 
 
 @click.command("abort")
@@ -23,7 +23,7 @@ def command(model: str, cluster: str | None, dry_run: bool, repo_dir: Path | Non
     root = repo.find_root(repo_dir)
     facts = read_facts(root, model, cluster)
     todo, ro = plan_abort(facts)
-    apply(root, facts, todo, dry_run)
+    apply_plan(root, todo, dry_run)
     if not dry_run:
         click.echo(f"aborted {model}'s canary of {ro.triton_model} version {ro.canary}; version {ro.stable} "
                    "serves all traffic", err=True)

@@ -16,13 +16,12 @@ from ..scaffold import (
     SCHEDULER_POLICIES,
     LlmOptions,
     Options,
-    Plan,
     parse_step,
     parse_tensor,
     plan,
     read_facts,
-    write_plan,
 )
+from ._plan import apply_plan
 
 _LLM = "TensorRT-LLM (--backend tensorrtllm): "
 
@@ -93,28 +92,9 @@ def command(name: str, backend: str, gpus: tuple[str, ...], cluster: str | None,
                    outputs=tuple(parse_tensor(t, "--output") for t in outputs), image_tag=image_tag, llm=llm,
                    steps=tuple(parse_step(s) for s in steps))
     todo = plan(opts, read_facts(root, opts, cluster), force=force)
+    apply_plan(root, todo, dry_run)
     if dry_run:
-        for rel, text in todo.files.items():
-            click.echo(f"==> {rel} <==")
-            click.echo(text, nl=not text.endswith("\n"))
-        for rel in todo.delete:
-            click.echo(f"==> {rel} (deleted) <==")
-        click.echo(f"dry run: {len(todo.files)} file(s) to write, {len(todo.delete)} to delete; nothing written",
-                   err=True)
         return
-    before = {rel for rel in todo.files if (root / rel).is_file()}
-    same = {rel for rel in before if _read(root / rel) == todo.files[rel]}
-    write_plan(root, Plan({r: t for r, t in todo.files.items() if r not in same}, todo.delete))
-    for rel in todo.files:
-        click.echo(f"{'unchanged' if rel in same else 'updated' if rel in before else 'created'} {rel}")
-    for rel in todo.delete:
-        click.echo(f"deleted {rel}")
     overlays = " ".join(f"overlays/{name}/{g}" for g in opts.gpus)
     click.echo(f"next: kubectl triton render {overlays} && git add models/{name} overlays/{name} clusters", err=True)
 
-
-def _read(path: Path) -> str | None:
-    try:
-        return path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
-        return None

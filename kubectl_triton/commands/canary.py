@@ -7,8 +7,8 @@ from pathlib import Path
 import click
 
 from .. import repo
-from ..canary import DEFAULT_GATEWAY, Facts, plan_start, plan_weight, read_facts
-from ..scaffold import Plan
+from ..canary import DEFAULT_GATEWAY, plan_start, plan_weight, read_facts
+from ._plan import apply_plan
 
 
 @click.command("canary")
@@ -49,29 +49,6 @@ def command(model: str, weight: int, version: int | None, gpu: str | None, trito
             if value is not None and facts.canary_overlay is not None:
                 raise click.UsageError(f"{name}: a canary is in progress; only --weight can change")
         todo = plan_weight(facts, weight, version)
-    apply(root, facts, todo, dry_run)
+    apply_plan(root, todo, dry_run)
     if not dry_run:
         click.echo(f"next: kubectl triton validate && git add overlays/{model} models/{model} clusters", err=True)
-
-
-def apply(root: Path, facts: Facts, todo: Plan, dry_run: bool) -> None:
-    """Print or write a plan (all or nothing), one line per file."""
-    from ..scaffold import write_plan
-
-    if dry_run:
-        for rel, text in todo.files.items():
-            click.echo(f"==> {rel} <==")
-            click.echo(text, nl=not text.endswith("\n"))
-        for rel in todo.delete:
-            click.echo(f"==> {rel} (deleted) <==")
-        click.echo(f"dry run: {len(todo.files)} file(s) to write, {len(todo.delete)} to delete; nothing written",
-                   err=True)
-        return
-    changed = {rel: text for rel, text in todo.files.items() if facts.texts.get(rel) != text}
-    before = {rel for rel in changed if (root / rel).exists()}
-    if changed or todo.delete:
-        write_plan(root, Plan(changed, todo.delete))
-    for rel in todo.files:
-        click.echo(f"{'unchanged' if rel not in changed else 'updated' if rel in before else 'created'} {rel}")
-    for rel in todo.delete:
-        click.echo(f"deleted {rel}")

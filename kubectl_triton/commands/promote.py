@@ -8,7 +8,7 @@ import click
 
 from .. import repo
 from ..canary import plan_promote, read_facts
-from .canary import apply
+from ._plan import apply_plan
 
 
 @click.command("promote")
@@ -24,6 +24,6 @@ def command(model: str, cluster: str | None, dry_run: bool, repo_dir: Path | Non
     root = repo.find_root(repo_dir)
     facts = read_facts(root, model, cluster)
     todo, ro = plan_promote(facts)
-    apply(root, facts, todo, dry_run)
+    apply_plan(root, todo, dry_run)
     if not dry_run:
         click.echo(f"promoted {model}: {ro.triton_model} version {ro.canary} is stable (was {ro.stable})", err=True)
