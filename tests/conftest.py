@@ -64,3 +64,15 @@ def repo_copy(tmp_path: Path) -> Path:
     for part in ("base", "overlays", "models", "clusters"):
         shutil.copytree(REPO / part, dest / part)
     return dest
+
+
+@pytest.fixture(scope="session")
+def install():
+    """The tritonserver installation (the nvidia-pytriton wheel or one on PATH); skips the test without one."""
+    from kubectl_triton.errors import ToolMissing
+    from kubectl_triton.tritonserver import find_install
+
+    try:
+        return find_install()
+    except ToolMissing as exc:
+        pytest.skip(f"no tritonserver: {exc.message}")

@@ -14,14 +14,6 @@ from .test_model_repositories import assemble
 tritonserver = pytest.importorskip("kubectl_triton.tritonserver")
 
 
-@pytest.fixture(scope="module")
-def install():
-    try:
-        return tritonserver.find_install()
-    except Exception as exc:  # ToolMissing
-        pytest.skip(f"no tritonserver: {exc}")
-
-
 def _ready(server, version: int) -> bool:
     from kubectl_triton.tritonserver import _http_status
 

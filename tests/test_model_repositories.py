@@ -22,14 +22,6 @@ SERVING = ["overlays/llama3-8b/h100-80gb", "overlays/image-classifier/t4", "over
            "overlays/text-embedder/a10g", "overlays/ensemble-pipeline/l4"]
 
 
-@pytest.fixture(scope="module")
-def install():
-    try:
-        return tritonserver.find_install()
-    except Exception as exc:  # ToolMissing
-        pytest.skip(f"no tritonserver: {exc}")
-
-
 def assemble(docs: list[dict], workdir: Path) -> Path:
     """Run base/triton/assemble-model-repository.sh on the overlay's model-config ConfigMap."""
     deployment = next(d for d in docs if d["kind"] == "Deployment")
