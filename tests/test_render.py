@@ -26,7 +26,8 @@ def test_render_all_exits_zero_and_heads_each_group_with_its_source(run_cli, mon
     result = run_cli("render", "--all")
     assert result.exit_code == 0, result.stderr
     sources = {line.split(": ", 1)[1] for line in result.stdout.splitlines() if line.startswith("# Source: ")}
-    assert MODEL_OVERLAYS | {"clusters/production"} <= sources
+    # Every path a Flux Kustomization applies, not only overlays: platform, infrastructure, monitoring.
+    assert MODEL_OVERLAYS | {"clusters/production", "base/platform", "clusters/production/infrastructure"} <= sources
     kinds = {d["kind"] for d in yamlio.loads_all(result.stdout)}
     assert {"Deployment", "Service", "HorizontalPodAutoscaler", "Job", "Kustomization", "GitRepository"} <= kinds
 

@@ -20,7 +20,7 @@ def command(overlays: tuple[Path, ...], render_all: bool, repo_dir: Path | None)
     if not overlays and not render_all:
         raise click.UsageError("name at least one OVERLAY folder, or pass --all")
     root = repo.find_root(repo_dir)
-    targets = [*repo.overlays(root), *repo.clusters(root)] if render_all else []
+    targets = _everything(root) if render_all else []
     for o in overlays:
         path = o if o.is_absolute() or not (root / o).exists() else root / o
         if not path.is_dir() or repo.kustomization_file(path) is None:
@@ -38,3 +38,15 @@ def command(overlays: tuple[Path, ...], render_all: bool, repo_dir: Path | None)
         click.echo(f"error: {repo.relative(root, err.path)}: kustomize build failed: {err.detail}", err=True)
     if failures:
         raise click.exceptions.Exit(1)
+
+
+def _everything(root: Path) -> list[Path]:
+    """Every overlay, every cluster folder and every other path a Flux Kustomization applies, once each."""
+    found: dict[Path, None] = {}
+    for path in [*repo.overlays(root), *repo.clusters(root)]:
+        found.setdefault(path.resolve())
+    for ks in repo.flux_kustomizations(root):
+        path = (root / ks.path).resolve()
+        if root.resolve() in path.parents and repo.kustomization_file(path) is not None:
+            found.setdefault(path)
+    return [p for p in found if repo.kustomization_file(p) is not None]
