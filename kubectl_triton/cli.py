@@ -11,7 +11,7 @@ import click
 from . import __version__
 from .errors import EXIT_USAGE, TritonCtlError
 
-# command name -> "module:function" under kubectl_triton.commands
+# command name -> (module under kubectl_triton.commands exposing `command`, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "abort": ("abort", "Remove a model's canary; the stable version keeps all traffic."),
     "add-model": ("add_model", "Scaffold a model: config.pbtxt, metadata, overlays, Flux registration."),
@@ -63,7 +63,7 @@ def _module_exists(module: str) -> bool:
 @click.option("--kubeconfig", envvar="KUBECONFIG", help="Path to the kubeconfig file.")
 @click.option("--context", "kube_context", help="The kubeconfig context to use.")
 @click.option("-n", "--namespace", help="Namespace scope for cluster commands.")
-@click.option("-o", "--output", type=click.Choice(["text", "json", "yaml", "github", "markdown"]),
+@click.option("-o", "--output", type=click.Choice(["text", "json", "github", "markdown"]),
               help="Output format (each command documents which it accepts).")
 @click.option("--color", type=click.Choice(["auto", "always", "never"]), default=None, envvar="KUBECTL_TRITON_COLOR",
               help="Colour the output: auto (on a terminal, unless NO_COLOR is set), always, never.")
