@@ -194,15 +194,10 @@ def _map_step(ensemble: str, index: int, step: Any, model: Any,
                             f"{step_name} is not mapped to any ensemble tensors", obj, f'"{step_name}"')
                 return
             continue
-        node = _tensor(step_name, batching, io.data_type, io.dims)
-        if tensor in tensors:
-            prefix = f"in ensemble {ensemble}, ensemble tensor {tensor}: "
-            problem = _consistency(tensors[tensor], node, prefix)
-            if problem:
-                yield Issue("triton.ensemble", problem, obj, f'"{tensor}"')
-                return
-        else:
-            tensors[tensor] = node
+        issue = _merge(tensors, tensor, _tensor(step_name, batching, io.data_type, io.dims), ensemble, obj)
+        if issue:
+            yield issue
+            return
     outputs = {io.name: io for io in model.output}
     for key, tensor in step.output_map.items():
         if key not in outputs:
@@ -212,16 +207,20 @@ def _map_step(ensemble: str, index: int, step: Any, model: Any,
     sibling = _Tensor(step_name)
     for key, tensor in step.output_map.items():
         io = outputs[key]
-        node = _tensor(step_name, batching, io.data_type, io.dims)
-        if tensor in tensors:
-            prefix = f"in ensemble {ensemble}, ensemble tensor {tensor}: "
-            problem = _consistency(tensors[tensor], node, prefix)
-            if problem:
-                yield Issue("triton.ensemble", problem, obj, f'"{tensor}"')
-                return
-        else:
-            tensors[tensor] = node
+        issue = _merge(tensors, tensor, _tensor(step_name, batching, io.data_type, io.dims), ensemble, obj)
+        if issue:
+            yield issue
+            return
         tensors[tensor].sibling = sibling
+
+
+def _merge(tensors: dict[str, _Tensor], tensor: str, node: _Tensor, ensemble: str, obj: Any) -> Issue | None:
+    """Record `node` as ensemble tensor `tensor`, or the issue when it disagrees with what is recorded."""
+    if tensor not in tensors:
+        tensors[tensor] = node
+        return None
+    problem = _consistency(tensors[tensor], node, f"in ensemble {ensemble}, ensemble tensor {tensor}: ")
+    return Issue("triton.ensemble", problem, obj, f'"{tensor}"') if problem else None
 
 
 def _link_step(index: int, step: Any, decoupled: bool, tensors: dict[str, _Tensor]) -> None:
