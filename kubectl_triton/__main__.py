@@ -1,5 +1,5 @@
 """`python -m kubectl_triton` runs the plugin."""
 
-from .cli import main
+from kubectl_triton.cli import main
 
 main()

@@ -8,8 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from kubectl_triton import kustomize, repo, yamlio
+from kubectl_triton.adapters import kustomize
 from kubectl_triton.cli import main
+from kubectl_triton.formats import yamlio
+from kubectl_triton.gitops import repo
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
@@ -69,8 +71,8 @@ def repo_copy(tmp_path: Path) -> Path:
 @pytest.fixture(scope="session")
 def install():
     """The tritonserver installation (the nvidia-pytriton wheel or one on PATH); skips the test without one."""
+    from kubectl_triton.adapters.tritonserver import find_install
     from kubectl_triton.errors import ToolMissing
-    from kubectl_triton.tritonserver import find_install
 
     try:
         return find_install()

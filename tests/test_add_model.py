@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from kubectl_triton import scaffold
 from kubectl_triton.errors import InputError
-from kubectl_triton.yamledit import edit_resources
+from kubectl_triton.formats.yamledit import edit_resources
+from kubectl_triton.gitops import scaffold
 
 ONNX = ["--backend", "onnxruntime", "--gpu", "t4", "--gpu", "l4", "--input", "input:FP32:3,224,224",
         "--output", "probs:FP32:1000"]
@@ -232,7 +232,7 @@ def test_edit_resources_is_a_no_op_when_entries_are_listed():
 
 
 def test_generated_configs_round_trip_through_tritons_schema():
-    from kubectl_triton import pbtxt
+    from kubectl_triton.formats import pbtxt
 
     opts = scaffold.Options(name="chat", backend="tensorrtllm", gpus=("h200",),
                             llm=scaffold.LlmOptions(streaming=False, tp=2))

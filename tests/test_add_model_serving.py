@@ -11,16 +11,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kubectl_triton import kustomize, repo, schemas, yamlio
-from kubectl_triton.checks.modelrepo import check_repository
+from kubectl_triton.adapters import kustomize
+from kubectl_triton.adapters.shadow import build_shadow, stub_path
+from kubectl_triton.checks.findings import ERROR
+from kubectl_triton.checks.model.modelrepo import check_repository
 from kubectl_triton.cli import main
-from kubectl_triton.findings import ERROR
-from kubectl_triton.shadow import build_shadow, stub_path
+from kubectl_triton.formats import schemas, yamlio
+from kubectl_triton.gitops import repo
+from tests.conftest import REPO
+from tests.test_model_repositories import assemble, point_tokenizers_at, tiny_tokenizer
 
-from .conftest import REPO
-from .test_model_repositories import assemble, point_tokenizers_at, tiny_tokenizer
-
-tritonserver = pytest.importorskip("kubectl_triton.tritonserver")
+tritonserver = pytest.importorskip("kubectl_triton.adapters.tritonserver")
 
 # NAME -> (add-model arguments, GPU overlays, Triton models its repository serves)
 MODELS = {

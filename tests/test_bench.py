@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from kubectl_triton.adapters.tritonserver import TritonServer
 from kubectl_triton.perf import inputs, loadgen
 from kubectl_triton.perf.target import Split, split, totals
-from kubectl_triton.tritonserver import TritonServer
 
 CONFIG = """# a model whose execute costs 20 ms whatever the batch size
 name: "{name}"

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from kubectl_triton.tritonserver import TritonServer
+from kubectl_triton.adapters.tritonserver import TritonServer
 from tests.apiserver import (
     NAMESPACE,
     api,  # noqa: F401 - fixture

@@ -9,9 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from kubectl_triton import kustomize, scaffold, schemas, yamlio
-from kubectl_triton.checks import routes
-from kubectl_triton.validate import Target
+from kubectl_triton.adapters import kustomize
+from kubectl_triton.checks.gate import Target
+from kubectl_triton.checks.manifests import routes
+from kubectl_triton.formats import schemas, yamlio
+from kubectl_triton.gitops import scaffold
 
 MODEL = "image-classifier"
 CANARY_DIR = f"overlays/{MODEL}/l4-canary"
@@ -44,7 +46,7 @@ def by_kind(objs: list[dict], kind: str) -> list[dict]:
 
 def route_check(root: Path) -> list:
     """The routes check over the overlays the example cluster applies (as validate would run it)."""
-    from kubectl_triton import repo
+    from kubectl_triton.gitops import repo
 
     targets = []
     for ks in repo.flux_kustomizations(root):

@@ -6,16 +6,15 @@ from __future__ import annotations
 
 import pytest
 
-from kubectl_triton.shadow import build_shadow
+from kubectl_triton.adapters.shadow import build_shadow
+from tests.test_canary import MODEL, render
+from tests.test_model_repositories import assemble
 
-from .test_canary import MODEL, render
-from .test_model_repositories import assemble
-
-tritonserver = pytest.importorskip("kubectl_triton.tritonserver")
+tritonserver = pytest.importorskip("kubectl_triton.adapters.tritonserver")
 
 
 def _ready(server, version: int) -> bool:
-    from kubectl_triton.tritonserver import _http_status
+    from kubectl_triton.adapters.tritonserver import _http_status
 
     return _http_status(f"{server.http_url}/v2/models/image_classifier/versions/{version}/ready") == 200
 

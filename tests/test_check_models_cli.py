@@ -107,13 +107,13 @@ def test_triton_flag_without_server_warns_and_keeps_static_results(tmp_path: Pat
                                                                    monkeypatch) -> None:
     from kubectl_triton.errors import ToolMissing
 
-    fake = types.ModuleType("kubectl_triton.checks.triton")
+    fake = types.ModuleType("kubectl_triton.checks.model.triton")
 
     def missing(repo_dir, *, display_root=None):
         raise ToolMissing("tritonserver not found")
 
     fake.check_repository_with_triton = missing
-    monkeypatch.setitem(sys.modules, "kubectl_triton.checks.triton", fake)
+    monkeypatch.setitem(sys.modules, "kubectl_triton.checks.model.triton", fake)
     repo = repo_with(tmp_path, a=(GOOD % "a").replace("max_batch_size: 8", "max_batch_size: -1"))
     code, out, err = run(["check-models", str(repo), "--triton"], capsys)
     assert code == 1 and "max_batch_size" in out
@@ -121,9 +121,9 @@ def test_triton_flag_without_server_warns_and_keeps_static_results(tmp_path: Pat
 
 
 def test_triton_flag_merges_server_findings(tmp_path: Path, capsys, monkeypatch) -> None:
-    from kubectl_triton.findings import Finding
+    from kubectl_triton.checks.findings import Finding
 
-    fake = types.ModuleType("kubectl_triton.checks.triton")
+    fake = types.ModuleType("kubectl_triton.checks.model.triton")
     seen = {}
 
     def server(repo_dir, *, display_root=None):
@@ -131,7 +131,7 @@ def test_triton_flag_merges_server_findings(tmp_path: Path, capsys, monkeypatch)
         return [Finding("error", "triton.load", "failed to load 'a'", "a/config.pbtxt", None, "a")]
 
     fake.check_repository_with_triton = server
-    monkeypatch.setitem(sys.modules, "kubectl_triton.checks.triton", fake)
+    monkeypatch.setitem(sys.modules, "kubectl_triton.checks.model.triton", fake)
     repo = repo_with(tmp_path, a=GOOD % "a")
     code, out, _ = run(["check-models", str(repo), "--triton", "-o", "json"], capsys)
     assert code == 1 and seen["dir"] == repo

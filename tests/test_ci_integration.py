@@ -7,9 +7,8 @@ from pathlib import Path
 
 import yaml
 
-from kubectl_triton.precommit import main as changed_models
-
-from .conftest import REPO
+from kubectl_triton.cli.precommit import main as changed_models
+from tests.conftest import REPO
 
 
 def test_workflow_installs_and_runs_validate_with_github_output_and_triton():
@@ -26,7 +25,7 @@ def test_hook_definitions_point_at_installed_entry_points():
     assert hooks["kubectl-triton-validate"]["entry"] == "kubectl-triton validate"
     assert hooks["kubectl-triton-validate"]["pass_filenames"] is False
     assert hooks["kubectl-triton-check-models"]["entry"] == "kubectl-triton-changed-models"
-    assert "kubectl-triton-changed-models = kubectl_triton.precommit:entry" in (REPO / "setup.cfg").read_text()
+    assert "kubectl-triton-changed-models = kubectl_triton.cli.precommit:entry" in (REPO / "setup.cfg").read_text()
 
 
 def test_changed_models_hook_passes_clean_files_and_fails_broken_ones(tmp_path: Path, monkeypatch, capsys):

@@ -7,10 +7,9 @@ import re
 
 import pytest
 
-from kubectl_triton import style
-from kubectl_triton.findings import ERROR, WARNING, Finding, to_text
-
-from .conftest import REPO
+from kubectl_triton.checks.findings import ERROR, WARNING, Finding, to_text
+from kubectl_triton.output import color as style
+from tests.conftest import REPO
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 

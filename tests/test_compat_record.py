@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from kubectl_triton.commands.record_engine import command as record_engine
+from kubectl_triton.cli.commands.record_engine import command as record_engine
 from kubectl_triton.compat.engine import BUILD_INFO_KEYS, parse_build_info, read_engine_dir
 from kubectl_triton.compat.lookup import lookup
 from kubectl_triton.errors import InputError

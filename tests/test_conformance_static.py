@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from kubectl_triton.checks.modelrepo import check_repository
-from kubectl_triton.findings import ERROR
+from kubectl_triton.checks.findings import ERROR
+from kubectl_triton.checks.model.modelrepo import check_repository
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 CASES = SHARED / "conformance" / "triton-model-config"

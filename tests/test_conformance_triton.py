@@ -128,7 +128,7 @@ def pack(cases: list[Case]) -> list[list[Case]]:
 
 def judge(bucket: list[Case], workdir: Path) -> None:
     """Write one repository for the bucket, run the --triton check once, attribute findings to cases."""
-    from kubectl_triton.checks.triton import check_repository_with_triton
+    from kubectl_triton.checks.model.triton import check_repository_with_triton
 
     repo = workdir / "repo"
     for case in bucket:
@@ -146,8 +146,8 @@ def judge(bucket: list[Case], workdir: Path) -> None:
 def results(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[Case], float, int]:
     if not CASES.is_dir():
         pytest.skip("../shared/conformance/triton-model-config is not available")
+    from kubectl_triton.adapters.tritonserver import find_install
     from kubectl_triton.errors import ToolMissing
-    from kubectl_triton.tritonserver import find_install
 
     try:
         find_install()
@@ -227,7 +227,7 @@ def test_real_world_repositories_have_only_true_errors() -> None:
     folder) is reported with Triton's message, on the ensemble's config, relative to display_root."""
     if not REAL_WORLD.is_dir():
         pytest.skip("../shared/conformance/real-world is not available")
-    from kubectl_triton.checks.triton import check_repository_with_triton
+    from kubectl_triton.checks.model.triton import check_repository_with_triton
     from kubectl_triton.errors import ToolMissing
 
     repos = sorted(p for p in REAL_WORLD.iterdir() if p.is_dir())
@@ -245,7 +245,7 @@ def test_real_world_repositories_have_only_true_errors() -> None:
 
 
 def test_unparsable_config_is_reported_by_triton(tmp_path: Path) -> None:
-    from kubectl_triton.checks.triton import check_repository_with_triton
+    from kubectl_triton.checks.model.triton import check_repository_with_triton
     from kubectl_triton.errors import ToolMissing
 
     (tmp_path / "good").mkdir()
@@ -265,13 +265,13 @@ def test_unparsable_config_is_reported_by_triton(tmp_path: Path) -> None:
 
 
 def test_empty_repository_needs_no_server(tmp_path: Path) -> None:
-    from kubectl_triton.checks.triton import check_repository_with_triton
+    from kubectl_triton.checks.model.triton import check_repository_with_triton
 
     assert check_repository_with_triton(tmp_path) == []
 
 
 def test_host_dependent_messages_are_not_user_errors(tmp_path: Path) -> None:
-    from kubectl_triton.checks.triton import findings_from_states
+    from kubectl_triton.checks.model.triton import findings_from_states
 
     failures = {
         "a": "instance group a_0 of model a specifies invalid or unsupported gpu id 3. GPUs with at least ...",

@@ -8,8 +8,7 @@ import json
 from datetime import datetime, timezone
 
 from kubectl_triton.compat.catalog import by_smi_name, gfd_label_for
-
-from .conftest import REPO
+from tests.conftest import REPO
 
 FIXTURES = REPO / "tests/fixtures/device"
 

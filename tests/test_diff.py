@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from kubectl_triton import diff
-from kubectl_triton.diff import Entry, Key
+from kubectl_triton.gitops import diff
+from kubectl_triton.gitops.diff import Entry, Key
 
 GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com", "GIT_COMMITTER_NAME": "t",
            "GIT_COMMITTER_EMAIL": "t@example.com", "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1"}

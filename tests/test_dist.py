@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from .conftest import REPO
+from tests.conftest import REPO
 
 PLACEHOLDERS = ("{{VERSION}}", "{{SHA256_LINUX_AMD64}}", "{{SHA256_DARWIN_ARM64}}")
 VENV_BIN = Path(sys.executable).parent

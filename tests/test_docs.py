@@ -14,8 +14,7 @@ from pathlib import Path
 import pytest
 
 from kubectl_triton.cli import COMMANDS
-
-from .conftest import REPO
+from tests.conftest import REPO
 
 DOCS = REPO / "docs"
 FENCE = re.compile(r"^```(?P<lang>[\w-]*)[^\n]*\n(?P<body>.*?)^```\s*$", re.M | re.S)

@@ -16,12 +16,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kubectl_triton import pbtxt, yamlio
-from kubectl_triton.checks.security import check_model_metadata, check_objects
+from kubectl_triton.checks.manifests.security import check_model_metadata, check_objects
 from kubectl_triton.compat import catalog, engine, record, rules
 from kubectl_triton.compat.repo_check import check_metadata
 from kubectl_triton.errors import TritonCtlError
-from kubectl_triton.scaffold import parse_step, parse_tensor, validate_name
+from kubectl_triton.formats import pbtxt, yamlio
+from kubectl_triton.gitops.scaffold import parse_step, parse_tensor, validate_name
 
 EXAMPLES = int(os.environ.get("KUBECTL_TRITON_FUZZ_EXAMPLES", "200"))
 FIXTURE = Path(__file__).parent / "fixtures" / "engines" / "llama3-8b-bf16-tp1-h100"

@@ -6,8 +6,7 @@ from __future__ import annotations
 import json
 
 from tests.apiserver import api, pod  # noqa: F401 - fixture
-
-from .conftest import REPO
+from tests.conftest import REPO
 
 
 def node(name: str, product: str, gpus: int, *, unschedulable: bool = False) -> dict:

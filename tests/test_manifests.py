@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from kubectl_triton import schemas
+from kubectl_triton.formats import schemas
 
 MODEL_OVERLAY = re.compile(r"^overlays/(?P<model>[^/]+)/(?P<gpu>[^/]+)$")
 
@@ -135,9 +135,9 @@ def test_cluster_folder_holds_only_flux_objects(rendered):
 
 
 def test_infrastructure_installs_gpu_operator_and_the_queue_time_metric():
-    from kubectl_triton import kustomize, yamlio
-
-    from .conftest import REPO
+    from kubectl_triton.adapters import kustomize
+    from kubectl_triton.formats import yamlio
+    from tests.conftest import REPO
 
     docs = yamlio.loads_all(kustomize.build(REPO / "clusters/production/infrastructure").yaml)
     releases = {d["metadata"]["name"]: d for d in docs if d["kind"] == "HelmRelease"}

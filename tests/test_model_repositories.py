@@ -12,12 +12,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kubectl_triton import pbtxt
-from kubectl_triton.shadow import build_shadow, stub_path
+from kubectl_triton.adapters.shadow import build_shadow, stub_path
+from kubectl_triton.formats import pbtxt
+from tests.conftest import REPO
 
-from .conftest import REPO
-
-tritonserver = pytest.importorskip("kubectl_triton.tritonserver")
+tritonserver = pytest.importorskip("kubectl_triton.adapters.tritonserver")
 SERVING = ["overlays/llama3-8b/h100-80gb", "overlays/image-classifier/t4", "overlays/image-classifier/l4",
            "overlays/text-embedder/a10g", "overlays/ensemble-pipeline/l4"]
 

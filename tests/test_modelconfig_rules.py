@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from kubectl_triton.checks.modelrepo import check_repository, load_repository
+from kubectl_triton.checks.findings import ERROR, WARNING
+from kubectl_triton.checks.model.modelrepo import check_repository, load_repository
 from kubectl_triton.errors import InputError
-from kubectl_triton.findings import ERROR, WARNING
 
 
 def write_repo(root: Path, models: dict[str, str], versions: dict[str, list[int]] | None = None) -> Path:

@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kubectl_triton import kustomize, monitoring, schemas, yamlio
-
-from .conftest import REPO
+from kubectl_triton.adapters import kustomize
+from kubectl_triton.checks.manifests import monitoring
+from kubectl_triton.formats import schemas, yamlio
+from tests.conftest import REPO
 
 
 @pytest.fixture(scope="module")
@@ -91,7 +92,7 @@ def test_alert_rules_use_known_metrics_and_cover_queue_time_and_failing_models(o
 
 
 def test_catalog_cpu_metrics_are_what_a_real_tritonserver_exports(tmp_path: Path):
-    from kubectl_triton.tritonserver import TritonServer, TritonServerError, find_install, http_json
+    from kubectl_triton.adapters.tritonserver import TritonServer, TritonServerError, find_install, http_json
 
     try:
         find_install()

@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from kubectl_triton import scaffold, yamledit
 from kubectl_triton.compat import record
 from kubectl_triton.errors import InputError
+from kubectl_triton.formats import yamledit
+from kubectl_triton.gitops import scaffold
 from tests.conftest import SHARED
 from tests.test_bad_inputs import run, tree_digest
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from kubectl_triton import repo, yamlio
-
-from .conftest import REPO
+from kubectl_triton.formats import yamlio
+from kubectl_triton.gitops import repo
+from tests.conftest import REPO
 
 MODEL_OVERLAYS = {"overlays/llama3-8b/h100-80gb", "overlays/llama3-8b/h100-80gb-engine-build",
                   "overlays/image-classifier/t4", "overlays/image-classifier/l4",

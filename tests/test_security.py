@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from kubectl_triton.checks import security
-from kubectl_triton.checks.security import EXEMPT_ANNOTATION, check_model_metadata, check_objects
+from kubectl_triton.checks.manifests import security
+from kubectl_triton.checks.manifests.security import EXEMPT_ANNOTATION, check_model_metadata, check_objects
 
 
 def codes(findings) -> list[str]:

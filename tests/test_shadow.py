@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from kubectl_triton import pbtxt
+from kubectl_triton.adapters.shadow import build_shadow, shadow_config, stub_path
 from kubectl_triton.errors import ToolMissing
-from kubectl_triton.shadow import build_shadow, shadow_config, stub_path
+from kubectl_triton.formats import pbtxt
 
 ONNX = textwrap.dedent("""\
     name: "classifier"
@@ -171,7 +171,7 @@ def test_build_shadow_keep_python_keeps_the_models_own_files(tmp_path: Path) -> 
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory):
-    from kubectl_triton.tritonserver import TritonServer, find_install
+    from kubectl_triton.adapters.tritonserver import TritonServer, find_install
 
     try:
         find_install()
@@ -194,7 +194,7 @@ def _sse(url: str, body: dict) -> list[dict]:
 
 
 def test_every_shadow_model_loads_ready(served) -> None:
-    from kubectl_triton.tritonserver import READY, model_states
+    from kubectl_triton.adapters.tritonserver import READY, model_states
 
     states = model_states(served)
     assert set(states) == {"classifier", "pipeline", "tokenizer", "tensorrt_llm", "streamer", "versioned"}

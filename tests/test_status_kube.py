@@ -204,7 +204,7 @@ def test_shipped_clusterrole_covers_every_request_and_nothing_more(run_cli, api)
     and the role grants only read verbs."""
     from pathlib import Path
 
-    from kubectl_triton import yamlio
+    from kubectl_triton.formats import yamlio
     from tests.apiserver import KINDS, crashed
 
     healthy_model(api.cluster, "ok")
@@ -237,7 +237,7 @@ def test_in_cluster_service_account(run_cli, tmp_path, monkeypatch):
     import pytest
     from kubernetes.config import incluster_config
 
-    from kubectl_triton import kube
+    from kubectl_triton.adapters import kube
     from tests.apiserver import TOKEN, APIServer
 
     if not shutil.which("openssl"):

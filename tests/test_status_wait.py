@@ -137,8 +137,8 @@ def test_watch_resumes_after_expired_resource_version(api):  # noqa: F811
     """410 Gone on a watch: the informer lists again instead of failing."""
     import queue
 
-    from kubectl_triton import kube
-    from kubectl_triton.commands.status import Collector, Informer
+    from kubectl_triton.adapters import kube
+    from kubectl_triton.cli.commands.status import Collector, Informer
 
     rollout_start(api)
     client = kube.connect(str(api.kubeconfig_path))

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from kubectl_triton import tritonserver as ts
+from kubectl_triton.adapters import tritonserver as ts
 from kubectl_triton.errors import ToolMissing
 
 ECHO = textwrap.dedent("""\

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from kubectl_triton import pbtxt
+from kubectl_triton.formats import pbtxt
 from kubectl_triton.perf import PerfError, configedit, inputs, search
 from kubectl_triton.perf.target import HttpTarget
 from tests.test_bench import config_text, explicit_server

@@ -10,9 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from kubectl_triton import assembly
-
-from .conftest import REPO
+from kubectl_triton.gitops import assembly
+from tests.conftest import REPO
 
 
 def _json(result) -> dict:
@@ -164,7 +163,7 @@ def test_missing_repository_is_a_usage_error(run_cli, tmp_path):
 
 
 def test_triton_flag_reports_tritons_own_message(run_cli, repo_copy: Path):
-    pytest.importorskip("kubectl_triton.tritonserver").find_install()
+    pytest.importorskip("kubectl_triton.adapters.tritonserver").find_install()
     _edit(repo_copy / "models/text-embedder/text_embedder/config.pbtxt", "dims: [ 384 ]", "dims: [ 384, 0 ]")
     doc = _json(run_cli("validate", str(repo_copy), "--triton", "-o", "json"))
     triton = [f for f in doc["findings"] if f["code"] == "TritonLoadFailed"]

@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass
 from functools import cache
 
-from .data import load
+from kubectl_triton.compat.data import load
 
 
 @dataclass(frozen=True)

@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import InputError
-from ..yamlio import read_json
-from .data import load
+from kubectl_triton.compat.data import load
+from kubectl_triton.errors import InputError
+from kubectl_triton.formats.yamlio import read_json
 
 CONFIG = "config.json"
 BUILD_INFO = "build-info.json"

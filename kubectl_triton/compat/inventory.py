@@ -7,8 +7,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from .catalog import by_gfd_label
-from .repo_check import GPU_RESOURCE, PRODUCT_LABEL, Placement
+from kubectl_triton.compat.catalog import by_gfd_label
+from kubectl_triton.compat.repo_check import GPU_RESOURCE, PRODUCT_LABEL, Placement
 
 DONE_PHASES = ("Succeeded", "Failed")
 
@@ -129,7 +129,7 @@ def _selects(labels: frozenset[str] | None, product: str | None) -> bool:
 
 def format_inventory(rows: list[GPUType], fits: list[OverlayFit]) -> str:
     """kubectl-style tables: GPU types, then overlays."""
-    from ..commands.compat import table
+    from kubectl_triton.cli.commands.compat import table
 
     out = [table([["PRODUCT", "KEY", "NODES", "ALLOCATABLE", "REQUESTED", "FREE"],
                   *[[r.product, r.key or "?", str(r.nodes), str(r.allocatable), str(r.requested), str(r.free)]

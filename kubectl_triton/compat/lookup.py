@@ -14,7 +14,7 @@ import argparse
 import json
 import sys
 
-from .catalog import by_gfd_label, by_smi_name, cc_tuple, gfd_label_for
+from kubectl_triton.compat.catalog import by_gfd_label, by_smi_name, cc_tuple, gfd_label_for
 
 
 def lookup(gpu_name: str, compute_capability: str | None = None,

@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import InputError
-from ..yamlio import read_json
-from .catalog import by_smi_name, gpus
-from .engine import BUILD_INFO, CONFIG, ENGINE_FILES, parse_build_info, parse_config, rank_files
+from kubectl_triton.compat.catalog import by_smi_name, gpus
+from kubectl_triton.compat.engine import BUILD_INFO, CONFIG, ENGINE_FILES, parse_build_info, parse_config, rank_files
+from kubectl_triton.errors import InputError
+from kubectl_triton.formats.yamlio import read_json
 
 # The line prefixes base/engine-build/build-info.py prints to the Job's log.
 MARKERS = {"build_info": "KUBECTL_TRITON_BUILD_INFO ", "config": "KUBECTL_TRITON_ENGINE_CONFIG ",

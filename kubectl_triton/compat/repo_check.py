@@ -8,11 +8,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import InputError, RenderError
-from ..findings import Finding
-from .catalog import GPU, by_gfd_label, gpus, resolve, strip_gfd_suffix
-from .engine import CONFIG, EngineInfo, read_engine_dir
-from .rules import WARNING, Reason, Result, Target, evaluate, make_result, target_reasons
+from kubectl_triton.checks.findings import Finding
+from kubectl_triton.compat.catalog import GPU, by_gfd_label, gpus, resolve, strip_gfd_suffix
+from kubectl_triton.compat.engine import CONFIG, EngineInfo, read_engine_dir
+from kubectl_triton.compat.rules import WARNING, Reason, Result, Target, evaluate, make_result, target_reasons
+from kubectl_triton.errors import InputError, RenderError
 
 PRODUCT_LABEL = "nvidia.com/gpu.product"
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -212,8 +212,8 @@ def check_metadata(meta: Any, path: Path) -> None:
 
 def load_model(root: Path, directory: Path) -> ModelInfo:
     """Read models/<name>/: model.yaml, engines/<gpu>/ metadata, the tensorrt_llm config.pbtxt."""
-    from .. import pbtxt
-    from ..yamlio import load_all
+    from kubectl_triton.formats import pbtxt
+    from kubectl_triton.formats.yamlio import load_all
 
     meta: dict[str, Any] = {}
     if (directory / "model.yaml").is_file():
@@ -259,8 +259,9 @@ def load_models(root: Path) -> dict[str, ModelInfo]:
 def render_placements(root: Path, rendered: Iterable[Any] | None = None
                       ) -> tuple[list[Placement], list[RenderError]]:
     """Placements from every overlay (rendered now with kustomize unless `rendered` is given)."""
-    from .. import kustomize, repo
-    from ..yamlio import loads_all
+    from kubectl_triton.adapters import kustomize
+    from kubectl_triton.formats.yamlio import loads_all
+    from kubectl_triton.gitops import repo
 
     results = list(rendered) if rendered is not None else kustomize.build_many(repo.overlays(root))
     found, failures = [], []

@@ -11,9 +11,9 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from .catalog import GPU, by_smi_name, cc_tuple
-from .data import load
-from .engine import EngineInfo
+from kubectl_triton.compat.catalog import GPU, by_smi_name, cc_tuple
+from kubectl_triton.compat.data import load
+from kubectl_triton.compat.engine import EngineInfo
 
 ERROR, WARNING = "error", "warning"
 

@@ -5,7 +5,7 @@ Pure functions where possible; `target` is the only module that talks to Triton.
 
 from __future__ import annotations
 
-from ..errors import EXIT_FINDINGS, TritonCtlError
+from kubectl_triton.errors import EXIT_FINDINGS, TritonCtlError
 
 
 class PerfError(TritonCtlError):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from .. import pbtxt
+from kubectl_triton.formats import pbtxt
 
 FIELDS = ("dynamic_batching", "instance_group")
 _TOKEN = re.compile(r"""\s+|\#[^\n]*|"(?:[^"\\\n]|\\.)*"|'(?:[^'\\\n]|\\.)*'|[A-Za-z_][\w.]*|-?[\w.+-]+|.""")

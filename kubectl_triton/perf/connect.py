@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from ..errors import InputError
+from kubectl_triton.errors import InputError
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,7 @@ def parse_ints(text: str, option: str, *, minimum: int = 1, maximum: int = 4096)
 
 def repo_owner(model: str, root: Path | None = None) -> str | None:
     """The models/<name>/ folder that holds Triton model `model`, if exactly one does (cwd's repository)."""
-    from .. import repo
+    from kubectl_triton.gitops import repo
 
     try:
         base = root or repo.find_root()
@@ -66,14 +66,14 @@ def repo_owner(model: str, root: Path | None = None) -> str | None:
 def open_target(model: str, protocol: str, url: str | None, *, kubeconfig: str | None, context: str | None,
                 namespace: str | None, pod: str | None) -> Iterator[Where]:
     """The model at --url, else on a ready pod of its Deployment through a port-forward (closed on exit)."""
-    from .target import connect
+    from kubectl_triton.perf.target import connect
 
     if url:
         target = connect(url, model, protocol)
         yield Where(target, target.url)
         return
-    from .. import kube as kube_mod
-    from ..portforward import Forwarder, container_port, pick_pod
+    from kubectl_triton.adapters import kube as kube_mod
+    from kubectl_triton.adapters.portforward import Forwarder, container_port, pick_pod
 
     kube = kube_mod.connect(kubeconfig, context, namespace)
     owner = repo_owner(model)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import InputError
+from kubectl_triton.errors import InputError
 
 # Triton config data type -> (wire datatype, numpy dtype name)
 DTYPES: dict[str, tuple[str, str]] = {

@@ -9,9 +9,9 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
-from . import PerfError
-from .inputs import Tensor
-from .target import Split, split, totals
+from kubectl_triton.perf import PerfError
+from kubectl_triton.perf.inputs import Tensor
+from kubectl_triton.perf.target import Split, split, totals
 
 
 @dataclass(frozen=True)

@@ -10,9 +10,9 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from . import PerfError
-from .inputs import Tensor
-from .loadgen import LevelResult, run_level
+from kubectl_triton.perf import PerfError
+from kubectl_triton.perf.inputs import Tensor
+from kubectl_triton.perf.loadgen import LevelResult, run_level
 
 
 @dataclass(frozen=True)

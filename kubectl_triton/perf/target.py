@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 from urllib.parse import quote, urlsplit
 
-from ..errors import InputError
-from . import PerfError
-from .inputs import Tensor
+from kubectl_triton.errors import InputError
+from kubectl_triton.perf import PerfError
+from kubectl_triton.perf.inputs import Tensor
 
 TIMEOUT_S = 60.0
 

@@ -4,7 +4,18 @@
 `status.reasons` the catalog of fixes, `status.output` the table and JSON.
 """
 
-from .model import FAILED, HEALTHY, PROGRESSING, UNKNOWN, LogRequest, ModelProbe, ModelStatus, Probe, Reason, Snapshot
+from kubectl_triton.status.model import (
+           FAILED,
+           HEALTHY,
+           PROGRESSING,
+           UNKNOWN,
+           LogRequest,
+           ModelProbe,
+           ModelStatus,
+           Probe,
+           Reason,
+           Snapshot,
+)
 
 __all__ = ["FAILED", "HEALTHY", "PROGRESSING", "UNKNOWN", "LogRequest", "ModelProbe", "ModelStatus", "Probe",
            "Reason", "Snapshot"]

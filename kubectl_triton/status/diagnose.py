@@ -10,8 +10,8 @@ import re
 from collections.abc import Iterable
 from datetime import datetime, timezone
 
-from . import signatures
-from .model import (
+from kubectl_triton.status import signatures
+from kubectl_triton.status.model import (
     FAILED,
     HEALTHY,
     PROGRESSING,
@@ -26,7 +26,7 @@ from .model import (
     Reason,
     Snapshot,
 )
-from .reasons import reason
+from kubectl_triton.status.reasons import reason
 
 NAME_LABEL = "app.kubernetes.io/name"
 INSTANCE_LABEL = "app.kubernetes.io/instance"

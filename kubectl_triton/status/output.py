@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from .diagnose import short_revision
-from .model import HEALTHY, ModelStatus
+from kubectl_triton.status.diagnose import short_revision
+from kubectl_triton.status.model import HEALTHY, ModelStatus
 
 HEADERS = ("MODEL", "NAMESPACE", "PHASE", "READY", "REVISION", "REASON")
 

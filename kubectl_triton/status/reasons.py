@@ -3,7 +3,7 @@ data/log_signatures.yaml). Each code has a fix; messages are filled in from the 
 
 from __future__ import annotations
 
-from .model import Reason
+from kubectl_triton.status.model import Reason
 
 # code -> fix. Stable codes: scripts match on them; the README lists them.
 FIXES: dict[str, str] = {

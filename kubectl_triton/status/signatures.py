@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from .. import yamlio
-from .model import SEV_FAILED, Reason
+from kubectl_triton.formats import yamlio
+from kubectl_triton.status.model import SEV_FAILED, Reason
 
 SIGNATURES_FILE = Path(__file__).resolve().parent.parent / "data" / "log_signatures.yaml"
 MAX_QUOTE = 240

@@ -1,0 +1,249 @@
+"""`validate`'s orchestration: render every overlay and Flux path once, then run every check on the results.
+
+The checks themselves are pure (checks/*, schemas, compat); this module only gathers their inputs."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import json
+import tempfile
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kubectl_triton.adapters import kustomize
+from kubectl_triton.checks.findings import ERROR, WARNING, Finding
+from kubectl_triton.errors import RenderError, TritonCtlError
+from kubectl_triton.formats import schemas, yamlio
+from kubectl_triton.gitops import assembly, repo
+
+INSTANCE_LABEL = "app.kubernetes.io/instance"
+# Repository-wide checks with the signature check(root: Path, targets: list[Target]) -> list[Finding],
+# run when their module exists.
+REPO_CHECKS = ("kubectl_triton.checks.manifests.enginebuild", "kubectl_triton.checks.manifests.security", "kubectl_triton.checks.manifests.routes")
+
+
+@dataclass
+class Target:
+    """One folder that kustomize builds: an overlay, a cluster folder, or a Flux Kustomization path."""
+
+    path: Path
+    rel: str
+    objects: list[dict] = field(default_factory=list)
+    result: kustomize.Rendered | None = None
+    flux_timeouts: list[int] = field(default_factory=list)
+
+
+@dataclass
+class Options:
+    kubernetes_version: str = schemas.DEFAULT_KUBERNETES_VERSION
+    triton: bool = False
+    compat: bool = True
+
+
+def validate_repo(root: Path, options: Options | None = None,
+                  progress: Callable[[str], None] | None = None) -> list[Finding]:
+    """Every finding for the repository at `root`."""
+    options = options or Options()
+    say = progress or (lambda _msg: None)
+    findings: list[Finding] = []
+    targets = _targets(root, findings)
+    say(f"rendering {len(targets)} kustomizations")
+    for target, result in zip(targets, kustomize.build_many(t.path for t in targets), strict=True):
+        if isinstance(result, RenderError):
+            findings.append(Finding(ERROR, "RenderFailed", f"kustomize build failed: {result.detail}",
+                                    path=target.rel))
+            continue
+        target.result = result
+        try:
+            target.objects = yamlio.loads_all(result.yaml, target.rel)
+        except TritonCtlError as err:
+            findings.append(Finding(ERROR, "RenderFailed", err.message, path=target.rel))
+    rendered = [t for t in targets if t.objects]
+    say("checking schemas")
+    schema_findings = _schema_findings(rendered, options.kubernetes_version)
+    findings += schema_findings
+    # Objects that fail their schema are reported as such; the checks below only see well-formed objects.
+    invalid = {(f.path, f.object) for f in schema_findings if f.code == "SchemaInvalid"}
+    for target in rendered:
+        target.objects = [o for o in target.objects if isinstance(o, dict)
+                          and (target.rel, schemas.object_id(o)) not in invalid]
+    findings += _duplicate_findings(root, rendered)
+    say("checking model repositories")
+    findings += _model_findings(root, rendered, options)
+    if options.compat:
+        findings += _compat_findings(root, rendered)
+    for module_name in REPO_CHECKS:
+        if importlib.util.find_spec(module_name) is not None:
+            findings += importlib.import_module(module_name).check(root, rendered)
+    return _dedupe(findings)
+
+
+def _targets(root: Path, findings: list[Finding]) -> list[Target]:
+    targets: dict[Path, Target] = {}
+
+    def add(path: Path) -> Target:
+        path = path.resolve()
+        if path not in targets:
+            targets[path] = Target(path, repo.relative(root, path))
+        return targets[path]
+
+    for overlay in repo.overlays(root):
+        add(overlay)
+    for cluster in repo.clusters(root):
+        if repo.kustomization_file(cluster) is not None:
+            add(cluster)
+    names = {(k.namespace, k.name) for k in repo.flux_kustomizations(root)}
+    for ks in repo.flux_kustomizations(root):
+        rel_file = repo.relative(root, ks.file)
+        where = f"Kustomization/{ks.namespace}/{ks.name}"
+        spec = ks.obj.get("spec") if isinstance(ks.obj.get("spec"), dict) else {}
+        depends = spec.get("dependsOn") or []
+        if not isinstance(depends, list) or not all(isinstance(d, dict) for d in depends):
+            findings.append(Finding(ERROR, "FluxDependencyMissing", "dependsOn must be a list of {name, namespace} "
+                                    "objects", path=rel_file, object=where))
+            depends = [d for d in depends if isinstance(d, dict)] if isinstance(depends, list) else []
+        for dep in depends:
+            if (dep.get("namespace", ks.namespace), dep.get("name")) not in names:
+                findings.append(Finding(ERROR, "FluxDependencyMissing", f"dependsOn {dep.get('name')} names no "
+                                        "Flux Kustomization in this repository: Flux would wait for it forever",
+                                        path=rel_file, object=where))
+        path = (root / ks.path).resolve()
+        if root.resolve() not in (path, *path.parents):
+            findings.append(Finding(ERROR, "FluxPathInvalid", f"spec.path {ks.path} leaves the repository",
+                                    path=rel_file, object=where))
+        elif not path.is_dir():
+            findings.append(Finding(ERROR, "FluxPathInvalid", f"spec.path {ks.path} does not exist",
+                                    path=rel_file, object=where))
+        elif repo.kustomization_file(path) is None:
+            findings.append(Finding(WARNING, "FluxPathUnbuildable", f"spec.path {ks.path} has no "
+                                    "kustomization.yaml; Flux generates one from every YAML file below it",
+                                    path=rel_file, object=where))
+        else:
+            target = add(path)
+            from kubectl_triton.checks.manifests.practices import parse_duration
+
+            timeout = parse_duration(spec.get("timeout") or spec.get("interval") or "")
+            if timeout:
+                target.flux_timeouts.append(timeout)
+    return sorted(targets.values(), key=lambda t: t.rel)
+
+
+def _schema_findings(targets: list[Target], version: str) -> list[Finding]:
+    out = []
+    for target in targets:
+        for obj in target.objects:
+            for issue in schemas.validate_object(obj, version):
+                severity, code = (WARNING, "SchemaMissing") if issue.missing_schema else (ERROR, "SchemaInvalid")
+                out.append(Finding(severity, code, issue.message, path=target.rel, object=issue.object))
+    return out
+
+
+def _duplicate_findings(root: Path, targets: list[Target]) -> list[Finding]:
+    """Two overlays applied to the same cluster must not render the same object."""
+    by_path = {t.path: t for t in targets}
+    out = []
+    for cluster in repo.clusters(root):
+        owners: dict[str, list[str]] = defaultdict(list)
+        for ks in repo.flux_kustomizations(root, cluster):
+            target = by_path.get((root / ks.path).resolve())
+            if target is None or target.path == cluster.resolve():
+                continue
+            for obj in target.objects:
+                owners[f"{obj.get('apiVersion')}:{schemas.object_id(obj)}"].append(ks.name)
+        for oid, names in sorted(owners.items()):
+            if len(names) > 1:
+                out.append(Finding(ERROR, "DuplicateObject", f"rendered by several Flux Kustomizations "
+                                   f"({', '.join(sorted(names))}); they would fight over it and prune it",
+                                   path=repo.relative(root, cluster), object=oid.split(":", 1)[1]))
+    return out
+
+
+def _model_findings(root: Path, targets: list[Target], options: Options) -> list[Finding]:
+    from kubectl_triton.checks.manifests import practices
+    from kubectl_triton.checks.model.modelrepo import check_repository, load_repository
+
+    out: list[Finding] = []
+    checked: dict[str, tuple[list[Finding], practices.ModelFacts]] = {}
+    with tempfile.TemporaryDirectory(prefix="kubectl-triton-validate-") as tmp:
+        for target in targets:
+            cm = assembly.model_config_map(target.objects)
+            facts = practices.ModelFacts(False, False)
+            if cm is not None:
+                data = cm.get("data") or {}
+                digest = hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+                if digest not in checked:
+                    checked[digest] = _check_assembled(root, target, data, Path(tmp) / digest, options,
+                                                       check_repository, load_repository)
+                found, facts = checked[digest]
+                out += found
+            timeout = min(target.flux_timeouts) if target.flux_timeouts else None
+            out += practices.check_overlay(target.rel, target.objects, facts, timeout)
+    return out
+
+
+def _check_assembled(root: Path, target: Target, data: dict[str, str], dest: Path, options: Options,
+                     check_repository: Any, load_repository: Any) -> tuple[list[Finding], Any]:
+    from kubectl_triton.checks.manifests import practices
+
+    dest.mkdir(parents=True)
+    try:
+        assembly.assemble(data, dest)
+    except TritonCtlError as err:
+        return [Finding(ERROR, "ModelRepositoryInvalid", err.message, path=target.rel)], \
+            practices.ModelFacts(False, False)
+    instance = _instance(target.objects)
+    found = check_repository(dest, display_root=dest)
+    if options.triton:
+        from kubectl_triton.checks.model.triton import check_repository_with_triton
+
+        found += check_repository_with_triton(dest, display_root=dest)
+    try:
+        facts = practices.model_facts(load_repository(dest))
+    except TritonCtlError:
+        facts = practices.ModelFacts(False, False)
+    return [_source_path(root, target, instance, dest, f) for f in found], facts
+
+
+def _instance(objects: list[dict]) -> str | None:
+    for obj in objects:
+        if obj.get("kind") == "Deployment":
+            return ((obj.get("metadata") or {}).get("labels") or {}).get(INSTANCE_LABEL)
+    return None
+
+
+def _source_path(root: Path, target: Target, instance: str | None, dest: Path, finding: Finding) -> Finding:
+    """Point a finding about the assembled repository at the committed file it came from."""
+    from dataclasses import replace
+
+    if not finding.path:
+        return replace(finding, path=target.rel)
+    assembled = dest / finding.path
+    if instance:
+        source = root / "models" / instance / finding.path
+        if source.is_file() and assembled.is_file() and source.read_bytes() == assembled.read_bytes():
+            return replace(finding, path=repo.relative(root, source))
+    return replace(finding, path=f"{target.rel} (assembled {finding.path})")
+
+
+def _compat_findings(root: Path, targets: list[Target]) -> list[Finding]:
+    from kubectl_triton.compat.repo_check import check_repo
+
+    overlays = [t.result for t in targets if t.result is not None and t.rel.startswith("overlays/")]
+    try:
+        return check_repo(root, overlays)
+    except TritonCtlError as err:
+        return [Finding(ERROR, "CompatInputInvalid", err.message)]
+
+
+def _dedupe(findings: list[Finding]) -> list[Finding]:
+    seen, out = set(), []
+    for f in findings:
+        if f not in seen:
+            seen.add(f)
+            out.append(f)
+    return out

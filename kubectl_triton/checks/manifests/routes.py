@@ -1,0 +1,152 @@
+"""Traffic-split routes (Gateway API HTTPRoutes) in the rendered repository, for `validate`.
+
+- RouteWeights: the weights of a rule's backendRefs sum to 100 (a rule with one backend and no weight is
+  all of the traffic);
+- RouteBackendMissing: every Service backend is rendered, with that port, by an overlay that the route's
+  cluster applies (any overlay when the route is registered nowhere: RouteNotRegistered);
+- RouteVersionMismatch: the versions the route records (annotations triton.kubectl.io/stable-version and
+  canary-version) are the one version each track's config.pbtxt version_policy serves, and differ;
+- CanaryConfigDrift: the canary's config equals the stable one but for version_policy.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from kubectl_triton.checks.findings import ERROR, WARNING, Finding
+from kubectl_triton.errors import TritonCtlError
+from kubectl_triton.formats.schemas import object_id
+from kubectl_triton.gitops import assembly, repo
+from kubectl_triton.gitops.canary import (
+    ANN_CANARY_VERSION,
+    ANN_STABLE_VERSION,
+    ANN_TRITON_MODEL,
+    SUFFIX,
+    served_versions,
+    without_policy,
+)
+
+GATEWAY_GROUP = "gateway.networking.k8s.io/"
+
+
+def _meta(obj: dict) -> dict:
+    return obj.get("metadata") or {}
+
+
+def check(root: Path, targets: list[Any]) -> list[Finding]:
+    """Findings for every HTTPRoute among the rendered targets."""
+    out: list[Finding] = []
+    by_path = {t.path: t for t in targets}
+    flux = repo.flux_kustomizations(root)
+    for target in targets:
+        for obj in target.objects:
+            if obj.get("kind") == "HTTPRoute" and str(obj.get("apiVersion", "")).startswith(GATEWAY_GROUP):
+                out += _check_route(root, target, obj, targets, by_path, flux)
+    return out
+
+
+def _deployed(root: Path, target: Any, targets: list[Any], by_path: dict, flux: list) -> tuple[list[Any], bool]:
+    """Targets applied next to `target` (same cluster folders), and whether `target` is registered."""
+    clusters = {ks.file.parent for ks in flux if (root / ks.path).resolve() == target.path}
+    if not clusters:
+        return [t for t in targets if t.rel.startswith("overlays/")], False
+    paths = {(root / ks.path).resolve() for ks in flux if any(c in ks.file.parents or c == ks.file.parent
+                                                             for c in clusters)}
+    return [by_path[p] for p in paths if p in by_path], True
+
+
+def _check_route(root: Path, target: Any, route: dict, targets: list[Any], by_path: dict,
+                 flux: list) -> list[Finding]:
+    oid = object_id(route)
+    ns = _meta(route).get("namespace") or "default"
+
+    def finding(severity: str, code: str, message: str) -> Finding:
+        return Finding(severity, code, message, path=target.rel, object=oid)
+
+    out = []
+    deployed, registered = _deployed(root, target, targets, by_path, flux)
+    if not registered:
+        out.append(finding(WARNING, "RouteNotRegistered", "no Flux Kustomization applies this route"))
+    services: dict[tuple[str, str], tuple[dict, Any]] = {}
+    for t in deployed:
+        for obj in t.objects:
+            if obj.get("kind") == "Service" and obj.get("apiVersion") == "v1":
+                services[(_meta(obj).get("namespace") or "default", _meta(obj).get("name"))] = (obj, t)
+    tracks: dict[str, tuple[dict, Any]] = {}
+    for i, rule in enumerate((route.get("spec") or {}).get("rules") or []):
+        refs = [b for b in rule.get("backendRefs") or [] if isinstance(b, dict)]
+        if refs and not (len(refs) == 1 and "weight" not in refs[0]):
+            total = sum(int(b.get("weight", 1)) for b in refs)
+            if total != 100:
+                shown = ", ".join(f"{b.get('name')}={b.get('weight', 1)}" for b in refs)
+                out.append(finding(ERROR, "RouteWeights", f"rules[{i}]: backendRef weights sum to {total}, not "
+                                   f"100 ({shown})"))
+        for b in refs:
+            if b.get("kind", "Service") != "Service" or b.get("group", "") not in ("", "core"):
+                continue
+            key = (b.get("namespace") or ns, b.get("name"))
+            found = services.get(key)
+            where = "an overlay this route's cluster applies" if registered else "any overlay"
+            if found is None:
+                out.append(finding(ERROR, "RouteBackendMissing", f"rules[{i}]: backend Service {key[0]}/{key[1]} "
+                                   f"is not rendered by {where}"))
+                continue
+            ports = {p.get("port") for p in (found[0].get("spec") or {}).get("ports") or []}
+            if b.get("port") not in ports:
+                out.append(finding(ERROR, "RouteBackendMissing", f"rules[{i}]: Service {key[1]} has no port "
+                                   f"{b.get('port')} (ports: {', '.join(str(p) for p in sorted(ports))})"))
+            tracks["canary" if str(key[1]).endswith(SUFFIX) else "stable"] = found
+    out += _versions(route, tracks, finding)
+    return out
+
+
+def _config_of(service: dict, target: Any, triton_model: str) -> Any:
+    """The Triton model's config in the model-config ConfigMap of the overlay that renders `service`."""
+    from kubectl_triton.formats import pbtxt
+
+    cm = assembly.model_config_map(target.objects)
+    text = ((cm or {}).get("data") or {}).get(f"{triton_model}__config.pbtxt")
+    if text is None:
+        return None
+    try:
+        return pbtxt.parse(text, f"{target.rel} ({triton_model}/config.pbtxt)")
+    except TritonCtlError:
+        return None  # the model checks report the syntax error
+
+
+def _versions(route: dict, tracks: dict[str, tuple[dict, Any]], finding: Any) -> list[Finding]:
+    ann = _meta(route).get("annotations") or {}
+    tm = ann.get(ANN_TRITON_MODEL)
+    if not tm:
+        return []
+    out = []
+    claimed = {"stable": ann.get(ANN_STABLE_VERSION), "canary": ann.get(ANN_CANARY_VERSION)}
+    configs = {}
+    for track, (service, target) in tracks.items():
+        config = _config_of(service, target, tm)
+        if config is None:
+            out.append(finding(ERROR, "RouteVersionMismatch", f"{track} Service {_meta(service).get('name')}: its "
+                               f"overlay {target.rel} has no Triton model {tm}"))
+            continue
+        configs[track] = config
+        kind, versions = served_versions(config)
+        want = claimed.get(track)
+        name = _meta(service).get("name")
+        if kind != "specific" or len(versions) != 1:
+            out.append(finding(ERROR, "RouteVersionMismatch", f"{track} Service {name} ({target.rel}): {tm}'s "
+                               f"version_policy ({kind}) does not pin one version; the route's split needs it"))
+        elif want is not None and str(versions[0]) != str(want):
+            out.append(finding(ERROR, "RouteVersionMismatch", f"{track} Service {name} ({target.rel}) serves {tm} "
+                               f"version {versions[0]}, but the route records version {want}"))
+    if "canary" in tracks and claimed["canary"] is None:
+        out.append(finding(ERROR, "RouteVersionMismatch", f"the route sends traffic to a canary but records no "
+                           f"{ANN_CANARY_VERSION}"))
+    if claimed["canary"] is not None and str(claimed["canary"]) == str(claimed["stable"]):
+        out.append(finding(ERROR, "RouteVersionMismatch", f"stable and canary both serve version {claimed['stable']}"))
+    if "stable" in configs and "canary" in configs and without_policy(configs["stable"]) != \
+            without_policy(configs["canary"]):
+        out.append(finding(WARNING, "CanaryConfigDrift", f"the canary's {tm} config differs from the stable one "
+                           "beyond version_policy: copy the change into the canary overlay's config (or abort "
+                           "and start the canary again)"))
+    return out

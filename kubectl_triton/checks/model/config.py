@@ -1,0 +1,546 @@
+"""Single-model rules: what Triton's core refuses when it loads one model configuration.
+
+Each rule restates a check of Triton's model_config_utils.cc (ValidateModelConfig, ValidateModelIOConfig,
+ValidateInstanceGroup, ...) and words its message the way Triton does, so a finding reads like the
+server log line the user would otherwise meet after deploying. Rules are pure: a parsed ModelConfig
+(and what is known of its folder) in, `Issue`s out; `checks.modelrepo` turns them into Findings.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from kubectl_triton.checks.findings import ERROR, WARNING
+
+WILDCARD = -1
+
+
+@dataclass(frozen=True)
+class Issue:
+    """One problem in one model's configuration, before it is tied to a file and line."""
+
+    code: str
+    message: str
+    object: str | None = None
+    needle: str | None = None  # text to look for in config.pbtxt to find the line
+    severity: str = ERROR
+
+
+@dataclass(frozen=True)
+class ModelFolder:
+    """What the checks know of a model's folder besides its config.pbtxt."""
+
+    name: str
+    versions: tuple[int, ...] = ()
+    version_files: frozenset[str] = field(default_factory=frozenset)
+
+
+@cache
+def table() -> dict[str, Any]:
+    """kubectl_triton/data/model_config.yaml."""
+    import yaml
+
+    path = Path(__file__).resolve().parents[2] / "data" / "model_config.yaml"
+    return yaml.safe_load(path.read_text(encoding="utf-8"))
+
+
+def _schema() -> Any:
+    from kubectl_triton.formats.pbtxt import schema
+
+    return schema()
+
+
+def is_ensemble(config: Any) -> bool:
+    return config.platform == table()["ensemble_platform"]
+
+
+# --------------------------------------------------------------------------- autofill
+
+
+def autofill(config: Any, folder: ModelFolder) -> tuple[Any, list[Issue]]:
+    """A copy of `config` with name, backend and platform filled in as Triton's server-side
+    autocomplete does (AutoCompleteBackendFields); issues when the backend cannot be determined."""
+    data = table()
+    filled = type(config)()
+    filled.CopyFrom(config)
+    issues: list[Issue] = []
+    if not filled.name:
+        filled.name = folder.name
+    if filled.backend or filled.platform == data["ensemble_platform"]:
+        if not filled.backend and filled.platform in data["platform_backend"]:
+            filled.backend = data["platform_backend"][filled.platform]
+        return filled, issues
+    if filled.platform in data["platform_backend"]:
+        filled.backend = data["platform_backend"][filled.platform]
+        return filled, issues
+    by_file = data["default_filenames"]
+    if filled.default_model_filename in by_file:
+        filled.backend = by_file[filled.default_model_filename]
+        return filled, issues
+    if not filled.platform and not filled.default_model_filename:
+        for fname in sorted(folder.version_files):
+            if fname in by_file:
+                filled.backend = by_file[fname]
+                return filled, issues
+        if "." in folder.name:
+            filled.backend = folder.name.split(".", 1)[1]
+            return filled, issues
+        if folder.versions:
+            issues.append(Issue(
+                "triton.platform",
+                f"Invalid model name: Could not determine backend for model '{folder.name}' with no "
+                "backend in model configuration. Expected model name of the form "
+                "'model.<backend_name>'.", "backend"))
+        else:
+            issues.append(Issue(
+                "triton.platform",
+                f"must specify 'platform' or 'backend' for '{filled.name}': without them Triton guesses "
+                "the backend from the model files of the first version folder, and there is none here",
+                "backend", None, WARNING))
+    return filled, issues
+
+
+# --------------------------------------------------------------------------- top-level rules
+
+
+def check_name_and_platform(config: Any, folder: ModelFolder) -> Iterator[Issue]:
+    """Folder name equals model name; platform/backend pair is one Triton knows."""
+    data = table()
+    name = config.name
+    if name != folder.name:
+        yield Issue("triton.model-name",
+                    f"unexpected directory name '{folder.name}' for model '{name}', directory name "
+                    "must equal model name", "name", f'"{name}"')
+    ensemble = data["ensemble_platform"]
+    if config.platform == ensemble and config.backend:
+        yield Issue("triton.platform",
+                    f"Ensemble model '{name}' must have platform type '{ensemble}' and empty backend type",
+                    "backend", "backend")
+        return
+    if not config.backend and config.platform and config.platform != ensemble:
+        yield Issue("triton.platform", f"unexpected platform type '{config.platform}' for {name}",
+                    "platform", "platform")
+        return
+    allowed = data["backends"].get(config.backend)
+    if allowed is not None and config.platform not in allowed:
+        yield Issue("triton.platform",
+                    f"unexpected 'platform' and 'backend' pair, got:{config.platform}, {config.backend}",
+                    "platform", "platform")
+
+
+def check_batching(config: Any) -> Iterator[Issue]:
+    """max_batch_size, dynamic batching sizes, priority levels and preserve_ordering."""
+    name = config.name
+    if config.max_batch_size < 0:
+        yield Issue("triton.max-batch-size", f"'max_batch_size' must be non-negative value for {name}",
+                    "max_batch_size", "max_batch_size")
+    if not config.HasField("dynamic_batching"):
+        return
+    db = config.dynamic_batching
+    for size in db.preferred_batch_size:
+        if size <= 0:
+            yield Issue("triton.dynamic-batching",
+                        f"dynamic batching preferred size must be positive for {name}",
+                        "dynamic_batching.preferred_batch_size", "preferred_batch_size")
+            break
+        if size > config.max_batch_size:
+            yield Issue("triton.dynamic-batching",
+                        f"dynamic batching preferred size must be <= max batch size for {name} "
+                        f"(preferred {size}, max_batch_size {config.max_batch_size})",
+                        "dynamic_batching.preferred_batch_size", "preferred_batch_size")
+            break
+    levels = db.priority_levels
+    if levels:
+        if db.default_priority_level == 0 or db.default_priority_level > levels:
+            yield Issue("triton.priority",
+                        f"default priority level must be in range [1, {levels}] for {name}",
+                        "dynamic_batching.default_priority_level", "default_priority_level")
+        for level in db.priority_queue_policy:
+            if level == 0 or level > levels:
+                yield Issue("triton.priority",
+                            f"priority queue policy must have priority level in range [1, {levels}] "
+                            f"for {name}", "dynamic_batching.priority_queue_policy", "priority_queue_policy")
+                break
+    if db.preserve_ordering:
+        if levels > 1:
+            yield Issue("triton.preserve-ordering",
+                        f"Only one priority level is allowed when 'preserve_ordering' is true for {name}",
+                        "dynamic_batching.preserve_ordering", "preserve_ordering")
+        delay = _schema().ModelQueuePolicy.DELAY
+        policies = [db.default_queue_policy, *db.priority_queue_policy.values()]
+        if any(p.default_timeout_microseconds != 0 and p.timeout_action == delay for p in policies):
+            yield Issue("triton.preserve-ordering",
+                        "Queue policy can not have DELAY as timeout action when 'preserve_ordering' is "
+                        f"true for {name}", "dynamic_batching.default_queue_policy", "timeout_action")
+
+
+def _control_issues(batcher: Any, name: str, kind: int, typed: bool) -> Iterator[Issue]:
+    """One sequence-batching control kind (GetBooleanSequenceControlProperties and its typed twin)."""
+    s = _schema()
+    kind_name = s.ModelSequenceBatching.Control.Kind.Name(kind)
+    seen_tensors: set[str] = set()
+    seen = False
+    for control_input in batcher.control_input:
+        tensor = control_input.name
+        obj = f"sequence_batching.control_input '{tensor}'"
+        if not tensor:
+            yield Issue("triton.sequence-batching",
+                        f"sequence batching control tensor must have a name for {name}",
+                        "sequence_batching.control_input", "control_input")
+            return
+        if tensor in seen_tensors:
+            yield Issue("triton.sequence-batching",
+                        f"sequence batching control tensor '{tensor}' is specified for multiple control "
+                        f"kinds for {name}", obj, f'"{tensor}"')
+            return
+        seen_tensors.add(tensor)
+        for c in control_input.control:
+            if c.kind != kind:
+                continue
+            if seen:
+                yield Issue("triton.sequence-batching",
+                            f"sequence batching specifies multiple {kind_name} tensors for {name}",
+                            obj, kind_name)
+                return
+            seen = True
+            given = [f for f in ("int32_false_true", "fp32_false_true", "bool_false_true")
+                     if len(getattr(c, f))]
+            if typed:
+                if given:
+                    yield Issue("triton.sequence-batching",
+                                "sequence batching must not specify either 'int32_false_true', "
+                                f"'fp32_false_true' or 'bool_false_true' for {kind_name} for {name}",
+                                obj, kind_name)
+                    return
+                allowed = table()["corrid_data_types"]
+                type_name = s.DataType.Name(c.data_type)
+                if type_name not in allowed:
+                    yield Issue("triton.sequence-batching",
+                                f"unexpected data type for control {kind_name} for {name}. Allowed data "
+                                "types are TYPE_UINT64, TYPE_INT64, TYPE_UINT32, TYPE_INT32 and "
+                                "TYPE_STRING", obj, kind_name)
+                    return
+                continue
+            if not given:
+                yield Issue("triton.sequence-batching",
+                            "sequence batching must specify either 'int32_false_true', 'fp32_false_true' "
+                            f"or 'bool_false_true' for {kind_name} for {name}", obj, kind_name)
+                return
+            if len(given) > 1:
+                yield Issue("triton.sequence-batching",
+                            "sequence batching specifies more than one from 'int32_false_true', "
+                            f"'fp32_false_true' and 'bool_false_true' for {kind_name} for {name}",
+                            obj, kind_name)
+                return
+            if len(getattr(c, given[0])) != 2:
+                yield Issue("triton.sequence-batching",
+                            f"sequence batching control '{given[0]}' must have exactly 2 entries for "
+                            f"{kind_name} for {name}", obj, given[0])
+                return
+
+
+def check_sequence_batching(config: Any) -> Iterator[Issue]:
+    """Sequence batcher controls, oldest-first preferred sizes, direct slot utilization."""
+    if not config.HasField("sequence_batching"):
+        return
+    name = config.name
+    if config.response_cache.enable:
+        yield Issue("triton.response-cache",
+                    f"Response Cache does not currently support model {name} with sequence batching "
+                    "scheduler. Please disable the response cache.", "response_cache", "response_cache")
+    sb = config.sequence_batching
+    kinds = _schema().ModelSequenceBatching.Control
+    for kind in (kinds.CONTROL_SEQUENCE_START, kinds.CONTROL_SEQUENCE_END, kinds.CONTROL_SEQUENCE_READY):
+        problems = list(_control_issues(sb, name, kind, typed=False))
+        yield from problems
+        if problems:
+            return
+    yield from _control_issues(sb, name, kinds.CONTROL_SEQUENCE_CORRID, typed=True)
+    if sb.HasField("oldest"):
+        for size in sb.oldest.preferred_batch_size:
+            if size <= 0:
+                yield Issue("triton.sequence-batching",
+                            f"sequence batching preferred batch size must be positive for {name}",
+                            "sequence_batching.oldest", "preferred_batch_size")
+                break
+            if size > config.max_batch_size:
+                yield Issue("triton.sequence-batching",
+                            f"sequence batching preferred batch size must be <= max batch size for {name}",
+                            "sequence_batching.oldest", "preferred_batch_size")
+                break
+    if sb.HasField("direct") and not 0.0 <= sb.direct.minimum_slot_utilization <= 1.0:
+        yield Issue("triton.sequence-batching",
+                    f"sequence batching minimum slot utilization must be in range (0.0, 1.0] for {name}",
+                    "sequence_batching.direct", "minimum_slot_utilization")
+
+
+def check_scheduling_kind(config: Any) -> Iterator[Issue]:
+    """ensemble_scheduling only with platform ensemble, and required by it; decoupled vs cache;
+    model metrics complete."""
+    name = config.name
+    ensemble = table()["ensemble_platform"]
+    if config.HasField("ensemble_scheduling") and config.platform != ensemble:
+        yield Issue("triton.ensemble-scheduling",
+                    f"ensemble scheduling cannot be set for model '{name}' whose platform is not {ensemble}",
+                    "ensemble_scheduling", "ensemble_scheduling")
+    elif not config.HasField("ensemble_scheduling") and config.platform == ensemble:
+        yield Issue("triton.ensemble-scheduling",
+                    f"ensemble scheduling must be set for ensemble {name} whose platform is {ensemble}",
+                    "ensemble_scheduling", "platform")
+    if config.model_transaction_policy.decoupled and config.response_cache.enable:
+        yield Issue("triton.response-cache",
+                    f"Response Cache does not currently support model {name} with 'decoupled' transaction "
+                    "policy. Please disable the response cache.", "response_cache", "response_cache")
+    for mc in config.model_metrics.metric_control:
+        problem = None
+        if not mc.HasField("metric_identifier"):
+            problem = "metric control must specify 'metric_identifier'"
+        elif not mc.metric_identifier.family:
+            problem = "metric identifier must specify non-empty 'family'"
+        elif not mc.HasField("histogram_options"):
+            problem = "metric control must specify 'histogram_options'"
+        elif not mc.histogram_options.buckets:
+            problem = "histogram options must specify non-empty 'buckets'"
+        if problem:
+            yield Issue("triton.model-metrics", f"{problem} for {name}", "model_metrics", "metric_control")
+            break
+
+
+# --------------------------------------------------------------------------- inputs and outputs
+
+
+def _element_count(dims: Any) -> int:
+    """Product of dims; -1 when any is variable (Triton's GetElementCount)."""
+    count = 1
+    for d in dims:
+        if d == WILDCARD:
+            return WILDCARD
+        count *= d
+    return count
+
+
+def _trunks(dims: Any) -> list[int]:
+    """Element counts of the runs separated by variable-size dimensions."""
+    counts, current = [], 1
+    for d in dims:
+        if d == WILDCARD:
+            counts.append(current)
+            current = 1
+        else:
+            current *= d
+    counts.append(current)
+    return counts
+
+
+def io_shape_problem(io: Any, max_batch_size: int) -> str | None:
+    """Triton's ValidateIOShape: the first problem with one tensor's name, type, dims and reshape."""
+    if not io.name:
+        return "must specify 'name'"
+    prefix = f"'{io.name}' "
+    if io.data_type == 0:  # TYPE_INVALID
+        return prefix + "must specify 'data_type'"
+    if not io.dims:
+        return prefix + "must specify 'dims'"
+    has_reshape = io.HasField("reshape")
+    if has_reshape and not io.reshape.shape and max_batch_size == 0:
+        return prefix + ("cannot have empty reshape for non-batching model as scalar tensors are not "
+                         "supported")
+    if any(d < 1 and d != WILDCARD for d in io.dims):
+        return prefix + "dimension must be integer >= 1, or -1 to indicate a variable-size dimension"
+    if not has_reshape:
+        return None
+    shape = io.reshape.shape
+    if any(d < 1 and d != WILDCARD for d in shape):
+        return prefix + ("reshape dimensions must be integer >= 1, or -1 to indicate a variable-size "
+                         "dimension")
+    dims_size, reshape_size = _element_count(io.dims), (_element_count(shape) if shape else 0)
+    if dims_size != reshape_size and (reshape_size != 0 or dims_size != 1):
+        return prefix + "has different size for dims and reshape"
+    if dims_size == WILDCARD:
+        a, b = _trunks(io.dims), _trunks(shape)
+        if len(a) != len(b):
+            return prefix + "has different number of variable-size dimensions for dims and reshape"
+        if a != b:
+            return prefix + "has different size for dims and reshape"
+    return None
+
+
+def check_io(config: Any) -> Iterator[Issue]:
+    """Every input and output (ValidateModelInput/Output), then batch inputs and outputs."""
+    s = _schema()
+    name, mbs = config.name, config.max_batch_size
+    trt = config.platform == table()["tensorrt_platform"]
+    for kind, tensors in (("input", config.input), ("output", config.output)):
+        for io in tensors:
+            obj = f"{kind} '{io.name}'"
+            needle = f'"{io.name}"' if io.name else kind
+            problem = io_shape_problem(io, mbs)
+            if problem is None and kind == "input" and io.format in (
+                    s.ModelInput.FORMAT_NHWC, s.ModelInput.FORMAT_NCHW) and len(io.dims) != 3:
+                problem = "NHWC/NCHW require 3 dims"
+                obj = f"input '{io.name}'"
+            if problem is None and io.is_shape_tensor and not trt:
+                yield Issue("triton.io", f"shape tensors are only supported for TensorRT platform "
+                            f"({kind} '{io.name}') for {name}", obj, needle)
+                continue
+            if problem is None and io.is_non_linear_format_io:
+                if not trt:
+                    problem = "Non-linear IO format is only supported for the TensorRT platform"
+                elif len(io.dims) != 3:
+                    problem = f"Non-linear IO format {kind} requires 3 dims"
+                if problem:
+                    yield Issue("triton.io", f"{problem} ({kind} '{io.name}') for {name}", obj, needle)
+                    continue
+            if problem is not None:
+                yield Issue("triton.io", f"model {kind} {problem} for {name}", obj, needle)
+                continue
+    yield from check_batch_io(config)
+
+
+def check_batch_io(config: Any) -> Iterator[Issue]:
+    """ValidateBatchIO: batch inputs/outputs refer to declared tensors, right counts and types."""
+    s = _schema()
+    name = config.name
+    inputs = {io.name for io in config.input}
+    outputs = {io.name for io in config.output}
+    allowed_types = table()["batch_input_data_types"]
+    for bi in config.batch_input:
+        kind = s.BatchInput.Kind.Name(bi.kind)
+        obj = f"batch_input '{bi.target_name}'"
+        needle = f'"{bi.target_name}"' if bi.target_name else "batch_input"
+        if len(bi.source_input) != 1:
+            yield Issue("triton.batch-io", f"batch input kind '{kind}' expects 1 source input, got "
+                        f"{len(bi.source_input)} for {name}", obj, needle)
+            continue
+        if s.DataType.Name(bi.data_type) not in allowed_types:
+            yield Issue("triton.batch-io",
+                        f"batch input data type must be TYPE_INT32 or TYPE_FP32 for {name}", obj, needle)
+            continue
+        for src in bi.source_input:
+            if src not in inputs:
+                yield Issue("triton.batch-io", f"unknown source input name '{src}' for {name}", obj,
+                            f'"{src}"')
+    for bo in config.batch_output:
+        kind = s.BatchOutput.Kind.Name(bo.kind)
+        obj = f"batch_output {list(bo.target_name)}"
+        if len(bo.source_input) != 1:
+            yield Issue("triton.batch-io", f"batch output kind '{kind}' expects 1 source input, got "
+                        f"{len(bo.source_input)} for {name}", obj, "batch_output")
+            continue
+        bad = [src for src in bo.source_input if src not in inputs]
+        if bad:
+            yield Issue("triton.batch-io", f"unknown source input name '{bad[0]}' for {name}", obj,
+                        f'"{bad[0]}"')
+            continue
+        targets: set[str] = set()
+        for target in bo.target_name:
+            if target not in outputs:
+                yield Issue("triton.batch-io", f"unknown target output name '{target}' for {name}", obj,
+                            f'"{target}"')
+                break
+            if target in targets:
+                yield Issue("triton.batch-io", f"target output name '{target}' can only be specified once "
+                            f"for {name}", obj, f'"{target}"')
+                break
+            targets.add(target)
+
+
+# --------------------------------------------------------------------------- instance groups
+
+
+def check_instance_groups(config: Any) -> Iterator[Issue]:
+    """ValidateInstanceGroup, without the host's GPUs: kinds vs gpus, impossible GPU ids, profiles."""
+    if config.HasField("ensemble_scheduling"):
+        return
+    s = _schema()
+    kinds = s.ModelInstanceGroup
+    name = config.name
+    trt = config.platform == table()["tensorrt_platform"]
+    max_gpus = int(table()["max_gpus_per_node"])
+    for index, group in enumerate(config.instance_group):
+        gname = group.name or f"{name}_{index}"
+        obj = f"instance_group '{gname}'"
+        if group.count < 0:
+            yield Issue("triton.instance-group", f"instance group {gname} of model {name} has a negative "
+                        f"count {group.count}", obj, "count")
+        if group.kind in (kinds.KIND_MODEL, kinds.KIND_CPU) and group.gpus:
+            kname = kinds.Kind.Name(group.kind)
+            yield Issue("triton.instance-group", f"instance group {gname} of model {name} has kind {kname} "
+                        "but specifies one or more GPUs", obj, "gpus")
+            continue
+        if group.kind == kinds.KIND_GPU:
+            for gid in group.gpus:
+                if gid < 0 or gid >= max_gpus:
+                    yield Issue("triton.instance-group",
+                                f"instance group {gname} of model {name} specifies invalid or unsupported "
+                                f"gpu id {gid}. GPUs with at least the minimum required CUDA compute "
+                                f"compatibility are numbered 0 to {max_gpus - 1} at most", obj, "gpus")
+                    break
+        elif group.kind == kinds.KIND_AUTO and any(g < 0 for g in group.gpus):
+            yield Issue("triton.instance-group", f"instance group {gname} of model {name} specifies invalid "
+                        f"gpu id {min(group.gpus)}", obj, "gpus")
+        if group.profile and not trt:
+            yield Issue("triton.instance-group",
+                        f"instance group {gname} of model {name} and platform {config.platform} specifies "
+                        "profile field which is only supported for TensorRT models", obj, "profile")
+        elif group.profile:
+            for profile in group.profile:
+                if not profile.isdigit():
+                    yield Issue("triton.instance-group",
+                                f"instance group {gname} of model {name} and platform {config.platform} "
+                                f"specifies invalid profile {profile}. The field should contain the string "
+                                "representation of a non-negative integer.", obj, "profile")
+                    break
+
+
+# --------------------------------------------------------------------------- versions
+
+
+def selected_versions(config: Any, available: tuple[int, ...]) -> set[int]:
+    """The versions Triton loads from `available` under the model's version_policy."""
+    policy = config.version_policy
+    which = policy.WhichOneof("policy_choice")
+    if which == "all":
+        return set(available)
+    if which == "specific":
+        return set(policy.specific.versions) & set(available)
+    latest = policy.latest.num_versions if which == "latest" else 1
+    return set(sorted(available)[-latest:]) if latest > 0 else set()
+
+
+def check_versions(config: Any, folder: ModelFolder) -> Iterator[Issue]:
+    """At least one version folder is selected by the version policy (only when versions exist)."""
+    if not folder.versions or is_ensemble(config):
+        return
+    if not selected_versions(config, folder.versions):
+        yield Issue("triton.version-policy",
+                    f"at least one version must be available under the version policy of model "
+                    f"'{config.name}' (version folders: {', '.join(map(str, sorted(folder.versions)))})",
+                    "version_policy", "version_policy")
+
+
+# --------------------------------------------------------------------------- entry point
+
+
+def check_model(config: Any, folder: ModelFolder, *, ensembles: tuple[str, ...] = ()) -> list[Issue]:
+    """All single-model rules for one parsed config.pbtxt (after Triton's autofill); `ensembles`
+    names the ensembles of the repository that use this model (for hints)."""
+    filled, issues = autofill(config, folder)
+    for rule in (check_name_and_platform, check_versions):
+        issues.extend(rule(filled, folder))
+    for rule in (check_batching, check_sequence_batching, check_scheduling_kind, check_io,
+                 check_instance_groups):
+        issues.extend(rule(filled))
+    if filled.HasField("ensemble_scheduling") and is_ensemble(filled):
+        from kubectl_triton.checks.model.ensemble import check_ensemble_scheduling
+
+        issues.extend(check_ensemble_scheduling(filled))
+    if filled.backend == "tensorrtllm":
+        from kubectl_triton.checks.model.tensorrtllm import check_tensorrtllm
+
+        issues.extend(check_tensorrtllm(filled, ensembles))
+    return issues

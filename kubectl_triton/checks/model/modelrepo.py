@@ -1,0 +1,146 @@
+"""A Triton model repository folder: load every model in it and run every static rule.
+
+Every sub-folder holding a `config.pbtxt` is a model and its folder name is the model name, as in
+Triton. This module is the thin I/O adapter: it reads files, parses them with Triton's protobuf schema
+(`kubectl_triton.formats.pbtxt`) and turns the rules' `Issue`s into `Finding`s with file and line.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kubectl_triton.checks.findings import ERROR, Finding
+from kubectl_triton.checks.model.config import Issue, ModelFolder, autofill, check_model, is_ensemble
+from kubectl_triton.errors import InputError
+
+CONFIG = "config.pbtxt"
+
+
+@dataclass
+class _Model:
+    name: str
+    file: Path
+    text: str
+    folder: ModelFolder
+    config: Any = None
+    error: Any = None  # PbtxtError when the file does not parse
+
+
+def model_dirs(repo_dir: Path) -> list[Path]:
+    """Sub-folders of `repo_dir` that hold a config.pbtxt, sorted by name."""
+    if not repo_dir.is_dir():
+        raise InputError(f"{repo_dir}: not a directory")
+    try:
+        entries = sorted(os.scandir(repo_dir), key=lambda e: e.name)
+    except OSError as err:
+        raise InputError(f"{repo_dir}: cannot read: {err.strerror or err}") from None
+    return [Path(e.path) for e in entries
+            if not e.name.startswith(".") and e.is_dir() and os.path.isfile(os.path.join(e.path, CONFIG))]
+
+
+def _folder(model_dir: Path) -> ModelFolder:
+    versions = sorted(int(p.name) for p in model_dir.iterdir() if p.is_dir() and p.name.isdigit())
+    files: frozenset[str] = frozenset()
+    numeric = sorted(p.name for p in model_dir.iterdir() if p.is_dir() and p.name.isdigit())
+    if numeric:  # Triton inspects the first version folder in name order
+        files = frozenset(p.name for p in (model_dir / numeric[0]).iterdir())
+    return ModelFolder(model_dir.name, tuple(versions), files)
+
+
+def _read(model_dir: Path) -> _Model:
+    from kubectl_triton.formats.pbtxt import PbtxtError, parse
+
+    file = model_dir / CONFIG
+    try:
+        text = file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise InputError(f"{file}: cannot read: {getattr(err, 'strerror', None) or err}") from None
+    model = _Model(model_dir.name, file, text, _folder(model_dir))
+    try:
+        model.config = parse(text, str(file))
+    except PbtxtError as err:
+        model.error = err
+    return model
+
+
+def _scan(repo_dir: Path) -> list[_Model]:
+    return [_read(d) for d in model_dirs(repo_dir)]
+
+
+def load_repository(repo_dir: Path) -> dict[str, Any]:
+    """Model name -> parsed ModelConfig for every model folder; a syntax error raises PbtxtError
+    (an InputError naming file:line:column)."""
+    result = {}
+    for model in _scan(repo_dir):
+        if model.error is not None:
+            raise model.error
+        result[model.name] = model.config
+    return result
+
+
+def _line(text: str, needle: str | None) -> int | None:
+    """The first non-comment line of `text` that contains `needle` (1-based)."""
+    if not needle:
+        return None
+    for number, line in enumerate(text.splitlines(), 1):
+        code = line.split("#", 1)[0]
+        if needle in code:
+            return number
+    return None
+
+
+def _rel(path: Path, root: Path) -> str:
+    try:
+        return path.resolve().relative_to(root.resolve()).as_posix()
+    except ValueError:
+        return path.as_posix()
+
+
+def _findings(model: _Model, issues: Iterable[Issue], root: Path) -> list[Finding]:
+    rel = _rel(model.file, root)
+    return [Finding(severity=i.severity, code=i.code, message=i.message, path=rel,
+                    line=_line(model.text, i.needle), model=model.name, object=i.object) for i in issues]
+
+
+def check_repository(repo_dir: Path, *, display_root: Path | None = None,
+                     known_models: set[str] | None = None) -> list[Finding]:
+    """Every static rule over one model repository. `known_models` are names served from elsewhere
+    (ensemble steps may use them); paths in findings are relative to `display_root` (default repo_dir)."""
+    from kubectl_triton.checks.model.ensemble import check_ensembles
+
+    root = display_root or repo_dir
+    models = _scan(repo_dir)
+    findings: list[Finding] = []
+    users: dict[str, list[str]] = {}
+    for m in models:
+        if m.config is not None and is_ensemble(m.config):
+            for step in m.config.ensemble_scheduling.step:
+                users.setdefault(step.model_name, []).append(m.config.name or m.name)
+    filled: dict[str, Any] = {}
+    folders: dict[str, ModelFolder] = {}
+    valid: set[str] = set()
+    broken: set[str] = set()
+    for m in models:
+        if m.error is not None:
+            err = m.error
+            rel = _rel(m.file, root)
+            where = f"{rel}:{err.line}" + (f":{err.column}" if err.column else "")
+            findings.append(Finding(severity=ERROR, code="triton.pbtxt", message=f"{where}: {err.problem}",
+                                    path=rel, line=err.line, model=m.name))
+            broken.add(m.name)
+            continue
+        issues = check_model(m.config, m.folder, ensembles=tuple(sorted(set(users.get(m.name, ())))))
+        findings.extend(_findings(m, issues, root))
+        filled[m.name] = autofill(m.config, m.folder)[0]
+        folders[m.name] = m.folder
+        if not any(i.severity == ERROR for i in issues):
+            valid.add(m.name)
+    by_name = {m.name: m for m in models}
+    known = set(known_models or ()) | broken
+    for name, issues in check_ensembles(filled, folders, known, valid).items():
+        findings.extend(_findings(by_name[name], issues, root))
+    return findings

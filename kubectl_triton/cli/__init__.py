@@ -1,0 +1,110 @@
+"""Entry point: a click group whose sub-commands are imported only when they run (LazyGroup)."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+
+import click
+
+from kubectl_triton import __version__
+from kubectl_triton.errors import EXIT_USAGE, TritonCtlError
+
+# command name -> (module under kubectl_triton.cli.commands exposing `command`, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "abort": ("abort", "Remove a model's canary; the stable version keeps all traffic."),
+    "add-model": ("add_model", "Scaffold a model: config.pbtxt, metadata, overlays, Flux registration."),
+    "bench": ("bench", "Measure a served model: throughput and latency per concurrency level."),
+    "canary": ("canary", "Start a canary of a model version, or change its traffic share (HTTPRoute)."),
+    "check-models": ("check_models", "Check one Triton model repository folder."),
+    "compat": ("compat", "Explain engine-to-GPU compatibility verdicts."),
+    "diff": ("diff", "What a change does to each cluster: objects added, removed, changed; rollouts."),
+    "gpus": ("gpus", "GPU types in the cluster and which overlays can run there."),
+    "promote": ("promote", "Make a model's canary version the stable one."),
+    "record-engine": ("record_engine", "Record a TensorRT-LLM engine's metadata for offline compat checks."),
+    "render": ("render", "Render overlays with kustomize, as Flux would apply them."),
+    "status": ("status", "Rollout health of Triton models in a cluster, with cause and fix."),
+    "tune": ("tune", "Search dynamic batching and instance counts on a Triton server; write the best to git."),
+    "validate": ("validate", "Pull-request gate: render, schema-check and validate model configs."),
+    "version": ("version", "Print the plugin version."),
+}
+
+
+COMPLETE_VAR = "_KUBECTL_TRITON_COMPLETE"
+
+
+class LazyGroup(click.Group):
+    """Imports `kubectl_triton.cli.commands.<module>` only when its command is invoked or its help shown."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(name for name, (mod, _) in COMMANDS.items() if _module_exists(mod))
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        entry = COMMANDS.get(cmd_name)
+        if entry is None or not _module_exists(entry[0]):
+            return None
+        module = importlib.import_module(f"kubectl_triton.cli.commands.{entry[0]}")
+        return module.command
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = [(name, COMMANDS[name][1]) for name in self.list_commands(ctx)]
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+
+def _module_exists(module: str) -> bool:
+    here = os.path.join(os.path.dirname(__file__), "commands")
+    return os.path.exists(os.path.join(here, f"{module}.py"))
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--kubeconfig", envvar="KUBECONFIG", help="Path to the kubeconfig file.")
+@click.option("--context", "kube_context", help="The kubeconfig context to use.")
+@click.option("-n", "--namespace", help="Namespace scope for cluster commands.")
+@click.option("-o", "--output", type=click.Choice(["text", "json", "github", "markdown"]),
+              help="Output format (each command documents which it accepts).")
+@click.option("--color", type=click.Choice(["auto", "always", "never"]), default=None, envvar="KUBECTL_TRITON_COLOR",
+              help="Colour the output: auto (on a terminal, unless NO_COLOR is set), always, never.")
+@click.version_option(__version__, prog_name="kubectl-triton", message="%(prog)s %(version)s")
+@click.pass_context
+def cli(ctx: click.Context, kubeconfig: str | None, kube_context: str | None,
+        namespace: str | None, output: str | None, color: str | None) -> None:
+    """GitOps toolkit for NVIDIA Triton Inference Server on Kubernetes.
+
+    Manifests live in git and Flux applies them; this plugin scaffolds models, gates pull
+    requests and explains why a rollout fails. It never changes a cluster.
+    """
+    from kubectl_triton.output.color import set_mode
+
+    set_mode(color)
+    ctx.ensure_object(dict)
+    ctx.obj.update(kubeconfig=kubeconfig, context=kube_context, namespace=namespace, output=output)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console-script entry: run the group and translate the error set into exit codes."""
+    try:
+        # Shell completion (_KUBECTL_TRITON_COMPLETE=bash_source|zsh_source|fish_source) completes the
+        # `kubectl-triton` executable; messages and usage name the command as kubectl users type it.
+        prog = "kubectl-triton" if os.environ.get(COMPLETE_VAR) else "kubectl triton"
+        code = cli.main(args=argv, prog_name=prog, complete_var=COMPLETE_VAR, standalone_mode=False)
+    except TritonCtlError as err:
+        click.echo(f"error: {err.message}", err=True)
+        if err.hint:
+            click.echo(f"hint: {err.hint}", err=True)
+        sys.exit(err.exit_code)
+    except click.exceptions.Exit as err:
+        sys.exit(err.exit_code)
+    except click.Abort:
+        click.echo("aborted", err=True)
+        sys.exit(130)
+    except click.ClickException as err:
+        err.show()
+        sys.exit(EXIT_USAGE if isinstance(err, click.UsageError) else err.exit_code)
+    except BrokenPipeError:
+        sys.stderr.close()
+        sys.exit(0)
+    sys.exit(code if isinstance(code, int) else 0)
+

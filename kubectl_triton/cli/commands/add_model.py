@@ -1,0 +1,100 @@
+"""`kubectl triton add-model`: scaffold a model, its overlays and its Flux Kustomizations (all or nothing)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from kubectl_triton.cli.commands._plan import apply_plan
+from kubectl_triton.gitops import repo
+from kubectl_triton.gitops.scaffold import (
+    BACKENDS,
+    DEFAULT_IMAGE_TAG,
+    DTYPES,
+    MODEL_FAMILIES,
+    QUANTIZATIONS,
+    SCHEDULER_POLICIES,
+    LlmOptions,
+    Options,
+    parse_step,
+    parse_tensor,
+    plan,
+    read_facts,
+)
+
+_LLM = "TensorRT-LLM (--backend tensorrtllm): "
+
+
+@click.command("add-model")
+@click.argument("name")
+@click.option("--backend", required=True, metavar="BACKEND", help=f"One of: {', '.join(BACKENDS)}.")
+@click.option("--gpu", "gpus", multiple=True, metavar="GPU",
+              help="GPU type (a folder under overlays/gpus/); repeat for one overlay per GPU type.")
+@click.option("--cluster", help="Folder under clusters/ to register with (default: the only one).")
+@click.option("--max-batch-size", type=int, help="Triton max_batch_size (default 8; tensorrtllm 64; ensemble: "
+              "the smallest of its models).")
+@click.option("--dynamic-batching/--no-dynamic-batching", default=None,
+              help="Dynamic batcher (default: on when max_batch_size > 0).")
+@click.option("--preferred-batch-size", "preferred", type=int, multiple=True, help="Repeatable.")
+@click.option("--max-queue-delay-us", type=int, help="Dynamic batcher delay (default 100; tensorrtllm 0).")
+@click.option("--instances", type=int, default=1, show_default=True, help="Model instances per GPU.")
+@click.option("--version", "version", type=int, default=1, show_default=True, help="Model version folder.")
+@click.option("--artifact", help="Artifact folder on the model-artifacts PVC (default: NAME) or s3://BUCKET/PREFIX.")
+@click.option("--input", "inputs", multiple=True, metavar="NAME:TYPE:DIMS",
+              help="Repeatable, e.g. input:FP32:3,224,224 (dims without the batch dimension).")
+@click.option("--output", "outputs", multiple=True, metavar="NAME:TYPE:DIMS", help="Repeatable.")
+@click.option("--step", "steps", multiple=True, metavar="MODEL[:IN=T,...][->OUT=T,...]",
+              help="Ensemble: an existing model (models/*/MODEL, or DIR/MODEL), in order; repeatable.")
+@click.option("--image-tag", default=DEFAULT_IMAGE_TAG, show_default=True, help="Triton release of the image.")
+@click.option("--model-family", default="llama", show_default=True, help=_LLM + ", ".join(MODEL_FAMILIES) + ".")
+@click.option("--hf-model", help=_LLM + "checkpoint location (default /artifacts/ARTIFACT/hf).")
+@click.option("--tokenizer-dir", help=_LLM + "tokenizer.json folder (default: the checkpoint).")
+@click.option("--engine-dir", help=_LLM + "engine folder (default /artifacts/ARTIFACT/engines/GPU).")
+@click.option("--tp", type=int, default=1, show_default=True, help=_LLM + "tensor parallelism.")
+@click.option("--pp", type=int, default=1, show_default=True, help=_LLM + "pipeline parallelism.")
+@click.option("--dtype", default="bfloat16", show_default=True, help=_LLM + ", ".join(DTYPES) + ".")
+@click.option("--quantization", default="none", show_default=True, help=_LLM + ", ".join(QUANTIZATIONS) + ".")
+@click.option("--max-input-len", type=int, default=4096, show_default=True)
+@click.option("--max-seq-len", type=int, default=8192, show_default=True)
+@click.option("--max-num-tokens", type=int, default=8192, show_default=True)
+@click.option("--kv-cache-free-gpu-mem-fraction", type=float, default=0.85, show_default=True)
+@click.option("--batch-scheduler-policy", default="max_utilization", show_default=True,
+              help=", ".join(SCHEDULER_POLICIES) + ".")
+@click.option("--streaming/--no-streaming", default=True, show_default=True,
+              help=_LLM + "decoupled tensorrt_llm model and a `stream` input.")
+@click.option("--dry-run", is_flag=True, help="Print the files it would write; write nothing.")
+@click.option("--force", is_flag=True, help="Rewrite an existing model's files (only that model's).")
+@click.option("--repo", "repo_dir", type=click.Path(path_type=Path), default=None,
+              help="Repository root (default: the nearest parent holding overlays/).")
+def command(name: str, backend: str, gpus: tuple[str, ...], cluster: str | None, max_batch_size: int | None,
+            dynamic_batching: bool | None, preferred: tuple[int, ...], max_queue_delay_us: int | None,
+            instances: int, version: int, artifact: str | None, inputs: tuple[str, ...], outputs: tuple[str, ...],
+            steps: tuple[str, ...], image_tag: str, model_family: str, hf_model: str | None,
+            tokenizer_dir: str | None, engine_dir: str | None, tp: int, pp: int, dtype: str, quantization: str,
+            max_input_len: int, max_seq_len: int, max_num_tokens: int, kv_cache_free_gpu_mem_fraction: float,
+            batch_scheduler_policy: str, streaming: bool, dry_run: bool, force: bool,
+            repo_dir: Path | None) -> None:
+    """Scaffold model NAME: models/NAME/ (config.pbtxt, model.yaml), overlays/NAME/ (one overlay per --gpu,
+    plus the engine build for tensorrtllm) and its Flux Kustomizations, registered in
+    clusters/CLUSTER/models/kustomization.yaml. Exit 2 (nothing written) for bad input or an existing model
+    without --force."""
+    root = repo.find_root(repo_dir)
+    llm = LlmOptions(model_family=model_family, hf_model=hf_model, tokenizer_dir=tokenizer_dir,
+                     engine_dir=engine_dir, tp=tp, pp=pp, dtype=dtype, quantization=quantization,
+                     max_input_len=max_input_len, max_seq_len=max_seq_len, max_num_tokens=max_num_tokens,
+                     kv_cache_free_gpu_mem_fraction=kv_cache_free_gpu_mem_fraction,
+                     batch_scheduler_policy=batch_scheduler_policy, streaming=streaming)
+    opts = Options(name=name, backend=backend, gpus=tuple(dict.fromkeys(gpus)), max_batch_size=max_batch_size,
+                   dynamic_batching=dynamic_batching, preferred_batch_sizes=preferred,
+                   max_queue_delay_us=max_queue_delay_us, instances=instances, version=version, artifact=artifact,
+                   inputs=tuple(parse_tensor(t, "--input") for t in inputs),
+                   outputs=tuple(parse_tensor(t, "--output") for t in outputs), image_tag=image_tag, llm=llm,
+                   steps=tuple(parse_step(s) for s in steps))
+    todo = plan(opts, read_facts(root, opts, cluster), force=force)
+    apply_plan(root, todo, dry_run)
+    if dry_run:
+        return
+    overlays = " ".join(f"overlays/{name}/{g}" for g in opts.gpus)
+    click.echo(f"next: kubectl triton render {overlays} && git add models/{name} overlays/{name} clusters", err=True)
+

@@ -1,0 +1,54 @@
+"""`kubectl triton canary`: start a canary of a model version, or change its traffic share."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from kubectl_triton.cli.commands._plan import apply_plan
+from kubectl_triton.gitops import repo
+from kubectl_triton.gitops.canary import DEFAULT_GATEWAY, plan_start, plan_weight, read_facts
+
+
+@click.command("canary")
+@click.argument("model")
+@click.option("--weight", type=int, required=True, metavar="PERCENT",
+              help="Share of the model's traffic (0-100) the canary gets; the stable track gets the rest.")
+@click.option("--version", "version", type=int, metavar="N",
+              help="Triton model version the canary serves (required to start a canary).")
+@click.option("--gpu", help="Stable overlay (GPU type) to put the canary beside (default: the only one in Flux).")
+@click.option("--triton-model", help="The versioned Triton model (default: MODEL with '-' written '_').")
+@click.option("--stable-version", type=int, metavar="S",
+              help="Version the stable track serves when config.pbtxt does not pin one (default: the newest "
+                   "committed version below N, else model.yaml's version, else 1).")
+@click.option("--gateway", default=DEFAULT_GATEWAY, show_default=True, metavar="[NAMESPACE/]NAME",
+              help="The Gateway a new HTTPRoute attaches to.")
+@click.option("--cluster", help="Folder under clusters/ (default: the only one).")
+@click.option("--dry-run", is_flag=True, help="Print the files it would write; write nothing.")
+@click.option("--repo", "repo_dir", type=click.Path(path_type=Path), default=None,
+              help="Repository root (default: the nearest parent holding overlays/).")
+def command(model: str, weight: int, version: int | None, gpu: str | None, triton_model: str | None,
+            stable_version: int | None, gateway: str, cluster: str | None, dry_run: bool,
+            repo_dir: Path | None) -> None:
+    """Send PERCENT of MODEL's traffic to version N of it.
+
+    \b
+    With --version (no canary yet): writes overlays/MODEL/GPU-canary/ (the stable overlay serving
+    version N), pins the stable config.pbtxt to its version, writes the Gateway API HTTPRoute
+    overlays/MODEL/route/ and registers both with Flux. Without --version (a canary in progress):
+    changes the split, one line of the HTTPRoute. Exit 2, nothing written, for bad input.
+    """
+    root = repo.find_root(repo_dir)
+    facts = read_facts(root, model, cluster)
+    if facts.canary_overlay is None and version is not None:
+        todo = plan_start(facts, version=version, weight=weight, gpu=gpu, triton_model=triton_model,
+                          stable=stable_version, gateway=gateway)
+    else:
+        for name, value in (("--gpu", gpu), ("--triton-model", triton_model), ("--stable-version", stable_version)):
+            if value is not None and facts.canary_overlay is not None:
+                raise click.UsageError(f"{name}: a canary is in progress; only --weight can change")
+        todo = plan_weight(facts, weight, version)
+    apply_plan(root, todo, dry_run)
+    if not dry_run:
+        click.echo(f"next: kubectl triton validate && git add overlays/{model} models/{model} clusters", err=True)

@@ -1,0 +1,48 @@
+"""`kubectl triton diff`: what this change does to each cluster (the review comment a pull request deserves)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import click
+
+from kubectl_triton.errors import InputError
+
+
+@click.command("diff")
+@click.argument("repo_dir", required=False, type=click.Path(path_type=Path))
+@click.option("--base", "base_ref", default=None,
+              help="Git ref to compare with (default: origin/$GITHUB_BASE_REF in a pull-request workflow, "
+                   "else HEAD). The merge base of REF and HEAD is rendered, as a pull request's diff is.")
+@click.option("-o", "--output", type=click.Choice(["text", "markdown", "json"]), default=None,
+              help="text (default), markdown (a PR comment or step summary) or json.")
+@click.option("--exit-code", is_flag=True, help="Exit 1 when anything changes (as `git diff --exit-code`).")
+@click.pass_context
+def command(ctx: click.Context, repo_dir: Path | None, base_ref: str | None, output: str | None,
+            exit_code: bool) -> None:
+    """Render every overlay and Flux path at the base ref (in a temporary git worktree) and in the working
+    tree, and list per cluster the objects added, removed and changed, and the Deployments that will roll.
+
+    Exit 0 (1 with --exit-code when something changed); 1 when a folder did not render; 2 on bad input."""
+    from kubectl_triton.gitops import repo
+    from kubectl_triton.gitops.diff import compare, to_json, to_markdown, to_text
+    from kubectl_triton.output.color import current
+
+    output = output or (ctx.obj or {}).get("output") or "text"
+    if output not in ("text", "markdown", "json"):
+        raise click.UsageError(f"-o {output} is not supported by diff (text, markdown, json)")
+    if repo_dir is not None and not repo_dir.is_dir():
+        raise InputError(f"{repo_dir}: no such directory")
+    root = repo.find_root(repo_dir)
+    ref = base_ref or (f"origin/{os.environ['GITHUB_BASE_REF']}" if os.environ.get("GITHUB_BASE_REF") else "HEAD")
+    report = compare(root, ref)
+    if output == "json":
+        click.echo(to_json(report))
+    elif output == "markdown":
+        click.echo(to_markdown(report), nl=False)
+    else:
+        style = current()
+        click.echo(to_text(report, style), color=True if style.on else None)
+    if report.errors or (exit_code and not report.empty):
+        raise click.exceptions.Exit(1)

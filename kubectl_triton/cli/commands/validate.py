@@ -1,0 +1,47 @@
+"""`kubectl triton validate`: the pull-request gate."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from kubectl_triton.checks.findings import emit, has_errors
+from kubectl_triton.errors import InputError
+from kubectl_triton.formats import schemas
+from kubectl_triton.gitops import repo
+
+
+@click.command("validate")
+@click.argument("repo_dir", required=False, type=click.Path(path_type=Path))
+@click.option("--triton", "with_triton", is_flag=True,
+              help="Also load every model repository in the real tritonserver (python-backend shadows).")
+@click.option("-o", "--output", type=click.Choice(["text", "json", "github"]), default=None,
+              help="text (default), json, or github (workflow commands + step summary).")
+@click.option("--kubernetes-version", default=schemas.DEFAULT_KUBERNETES_VERSION, show_default=True,
+              help="Kubernetes version whose schemas built-in objects must satisfy.")
+@click.option("--no-compat", is_flag=True, help="Skip engine-to-GPU compatibility checks.")
+@click.pass_context
+def command(ctx: click.Context, repo_dir: Path | None, with_triton: bool, output: str | None,
+            kubernetes_version: str, no_compat: bool) -> None:
+    """Render every overlay and Flux path, check schemas, model configurations (ensembles included),
+    engine/GPU compatibility and the deployment guides' practices. Exit 0: no errors; 1: errors; 2: bad input."""
+    from kubectl_triton.checks.gate import Options, validate_repo
+
+    output = output or (ctx.obj or {}).get("output") or "text"
+    if output not in ("text", "json", "github"):
+        raise click.UsageError(f"-o {output} is not supported by validate (text, json, github)")
+    if repo_dir is not None and not repo_dir.exists():
+        raise InputError(f"{repo_dir}: no such directory")
+    if not schemas.supported_version(kubernetes_version):
+        raise InputError(f"--kubernetes-version {kubernetes_version}: no bundled schemas for that version")
+    root = repo.find_root(repo_dir)
+    progress = None
+    if output == "text" and sys.stderr.isatty():
+        def progress(msg: str) -> None:
+            click.echo(f"… {msg}", err=True)
+    findings = validate_repo(root, Options(kubernetes_version, with_triton, not no_compat), progress)
+    emit(findings, output, click.echo)
+    if has_errors(findings):
+        raise click.exceptions.Exit(1)

@@ -1,0 +1,1 @@
+"""File and value formats: pbtxt, YAML, schemas, durations."""

@@ -1,0 +1,53 @@
+"""Reading YAML safely (fast, PyYAML's C loader when present) with errors that name the file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from kubectl_triton.errors import InputError
+
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def loads_all(text: str, source: str = "<string>") -> list[Any]:
+    """All documents of a YAML stream, empty documents dropped."""
+    try:
+        return [d for d in yaml.load_all(text, Loader=_Loader) if d is not None]
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f":{mark.line + 1}:{mark.column + 1}" if mark else ""
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise InputError(f"{source}{where}: invalid YAML: {problem}") from None
+    except RecursionError:
+        raise InputError(f"{source}: invalid YAML: nested too deeply") from None
+
+
+def load_all(path: Path) -> list[Any]:
+    """All documents of a YAML file; unreadable or malformed files raise InputError naming it."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise InputError(f"{path}: cannot read: {getattr(err, 'strerror', None) or err}") from None
+    return loads_all(text, str(path))
+
+
+def dump_all(docs: list[Any]) -> str:
+    """Documents as a YAML stream in kubectl's style (block style, keys in given order)."""
+    return yaml.safe_dump_all(docs, sort_keys=False, default_flow_style=False)
+
+
+def read_json(path: Path) -> Any:
+    """A JSON file; unreadable or malformed files raise InputError naming it."""
+    import json
+
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except OSError as err:
+        raise InputError(f"{path}: cannot read: {err.strerror or err}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise InputError(f"{path}: invalid JSON: {err}") from None
+    except RecursionError:
+        raise InputError(f"{path}: invalid JSON: nested too deeply") from None

@@ -1,0 +1,721 @@
+"""Canary rollouts of model versions, the GitOps way: pure planning over the repository's files.
+
+Layout (docs/canary.md): the stable overlay `overlays/MODEL/GPU/` serves the version its config.pbtxt pins
+(`version_policy { specific { versions: [S] } }`); the canary overlay `overlays/MODEL/GPU-canary/` builds on
+the stable overlay (`resources: [../GPU]`, `nameSuffix: -canary`, its own `app.kubernetes.io/instance`
+so the Services select disjoint pods) and replaces the Triton model's config in the model-config ConfigMap
+with a copy pinned to version N; `overlays/MODEL/route/httproute.yaml` is a Gateway API HTTPRoute whose
+weighted backendRefs (one line) split traffic between `MODEL-triton` and `MODEL-triton-canary`. Each is
+registered with Flux under clusters/CLUSTER/models/. The commands read `Facts` (`read_facts`) and turn them
+into a scaffold `Plan` (files to write, files to delete) that `scaffold.write_plan` applies all or nothing.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from kubectl_triton.errors import InputError
+from kubectl_triton.gitops.scaffold import Plan
+
+GROUP = "triton.kubectl.io"
+LABEL_MODEL = f"{GROUP}/model"
+LABEL_TRACK = f"{GROUP}/track"
+LABEL_VERSION = f"{GROUP}/model-version"
+ANN_TRITON_MODEL = f"{GROUP}/triton-model"
+ANN_STABLE_VERSION = f"{GROUP}/stable-version"
+ANN_CANARY_VERSION = f"{GROUP}/canary-version"
+INSTANCE_LABEL = "app.kubernetes.io/instance"
+CANARY = "canary"
+SUFFIX = "-canary"
+ROUTE_DIR = "route"
+HTTP_PORT = 8000
+DEFAULT_GATEWAY = "triton-gateway"
+KEEP = ".gitkeep"
+_NOT_GPU = ("model", ROUTE_DIR)
+
+
+def service_name(model: str, canary: bool = False) -> str:
+    """The Triton Service of a track: `MODEL-triton` (stable) or `MODEL-triton-canary`."""
+    return f"{model}-triton" + (SUFFIX if canary else "")
+
+
+def flux_name(model: str, overlay: str) -> str:
+    """Flux Kustomization name of overlays/MODEL/OVERLAY (as add-model names them)."""
+    return f"{model}-{overlay}"
+
+
+# ---- config.pbtxt: the version policy, edited in the text --------------------------------------------
+
+_TOKEN = re.compile(r'#[^\n]*|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'|[-+]?[0-9][\w.+-]*|[-+]?[A-Za-z_]\w*|\S')
+
+
+def _top_level_fields(text: str) -> list[tuple[str, int, int]]:
+    """(field name, start, end) of every top-level field of a pbtxt text; `end` is past its value."""
+    out: list[tuple[str, int, int]] = []
+    state, depth, name, start = "field", 0, "", 0
+    for tok in _TOKEN.finditer(text):
+        value = tok.group()
+        if value.startswith("#"):
+            continue
+        if state == "field":
+            if re.fullmatch(r"[A-Za-z_]\w*", value):
+                state, name, start = "name", value, tok.start()
+        elif state == "name" and value == ":":
+            state = "value"
+        elif state in ("name", "value") and value in "{<[":
+            state, depth = "nested", 1
+        elif state == "value":
+            out.append((name, start, tok.end()))
+            state = "field"
+        elif state == "nested":
+            depth += value in "{<["
+            depth -= value in "}>]"
+            if depth == 0:
+                out.append((name, start, tok.end()))
+                state = "field"
+    return out
+
+
+def policy_text(version: int) -> str:
+    return f"version_policy: {{ specific: {{ versions: [ {version} ] }} }}"
+
+
+def set_version_policy(text: str, version: int, source: str = "config.pbtxt") -> str:
+    """`text` with its top-level version_policy replaced by `specific [version]` (added after the header
+    fields when absent); everything else, comments included, is kept. The result is checked through
+    Triton's schema: the parsed config must equal the original with only the policy changed."""
+    from kubectl_triton.formats import pbtxt
+
+    before = pbtxt.parse(text, source)
+    fields = _top_level_fields(text)
+    found = [(s, e) for name, s, e in fields if name == "version_policy"]
+    if found:
+        start, end = found[0]
+        new = text[:start] + policy_text(version) + text[end:]
+    else:
+        heads = [e for name, _, e in fields if name in ("name", "platform", "backend", "max_batch_size")]
+        at = text.find("\n", max(heads)) if heads else -1
+        if at < 0:
+            new = text + ("" if text.endswith("\n") or not text else "\n") + policy_text(version) + "\n"
+        else:
+            new = text[:at + 1] + policy_text(version) + "\n" + text[at + 1:]
+    after = pbtxt.parse(new, source)
+    expected = type(before)()
+    expected.CopyFrom(before)
+    expected.version_policy.Clear()
+    expected.version_policy.specific.versions.append(version)
+    if after != expected:
+        raise InputError(f"{source}: cannot set version_policy in this file's layout; set "
+                         f"'{policy_text(version)}' by hand")
+    return new
+
+
+def served_versions(config: Any, available: list[int] | None = None) -> tuple[str, list[int]]:
+    """The policy kind (`specific`, `latest`, `all`) and the versions it names (`latest`: its count;
+    with `available` version folders known, the versions it would serve)."""
+    policy = config.version_policy
+    kind = policy.WhichOneof("policy_choice") or "latest"
+    if kind == "specific":
+        return kind, sorted(policy.specific.versions)
+    if kind == "all":
+        return kind, sorted(available or [])
+    count = policy.latest.num_versions if policy.HasField("latest") else 1
+    return kind, sorted(available or [])[-max(count, 1):] if available else [count]
+
+
+def without_policy(config: Any) -> Any:
+    out = type(config)()
+    out.CopyFrom(config)
+    out.ClearField("version_policy")
+    return out
+
+
+# ---- what the repository holds -----------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class TritonModel:
+    name: str
+    config_rel: str  # models/MODEL/TM/config.pbtxt
+    ensemble: bool
+    backend: str
+    versions: tuple[int, ...]  # numeric folders committed in git
+    version_files: dict[int, tuple[str, ...]]  # version -> files under models/MODEL/TM/<v>/ (repo-relative)
+
+
+@dataclass
+class Facts:
+    """Everything the canary commands read from the repository."""
+
+    model: str
+    cluster: str
+    triton_models: dict[str, TritonModel]
+    texts: dict[str, str]  # repo-relative path -> text of every file a plan may edit
+    overlays: tuple[str, ...]  # overlay folder names under overlays/MODEL/ (with a kustomization.yaml)
+    registered: dict[str, str]  # overlay folder name -> Flux file (repo-relative) in this cluster
+    flux_entries: tuple[str, ...]  # resources of clusters/CLUSTER/models/kustomization.yaml
+    model_yaml: dict = field(default_factory=dict)
+    overlay_files: dict[str, tuple[str, ...]] = field(default_factory=dict)  # overlay -> its files
+
+    @property
+    def flux_dir(self) -> str:
+        return f"clusters/{self.cluster}/models"
+
+    @property
+    def canary_overlay(self) -> str | None:
+        found = [o for o in self.overlays if o.endswith(SUFFIX)]
+        if len(found) > 1:
+            raise InputError(f"overlays/{self.model}/: several canary overlays ({', '.join(found)}); keep one")
+        return found[0] if found else None
+
+    @property
+    def route_rel(self) -> str:
+        return f"overlays/{self.model}/{ROUTE_DIR}/httproute.yaml"
+
+    def text(self, rel: str) -> str | None:
+        return self.texts.get(rel)
+
+
+def read_facts(root: Path, model: str, cluster: str | None) -> Facts:
+    """Read the model's folders, its Flux registration in CLUSTER and the files a plan may edit."""
+    from kubectl_triton.formats import pbtxt
+    from kubectl_triton.formats.yamledit import resources_of
+    from kubectl_triton.formats.yamlio import load_all
+    from kubectl_triton.gitops.repo import flux_kustomizations
+    from kubectl_triton.gitops.scaffold import resolve_cluster, validate_name
+
+    validate_name(model)
+    mdir, odir = root / "models" / model, root / "overlays" / model
+    if not mdir.is_dir() or not (odir / "model").is_dir():
+        raise InputError(f"{model}: no such model (models/{model}/ and overlays/{model}/model/ are needed)",
+                         hint="kubectl triton add-model creates one")
+    cluster_name = resolve_cluster(root, cluster)
+    texts: dict[str, str] = {}
+
+    def read(rel: str) -> str | None:
+        path = root / rel
+        if not path.is_file():
+            return None
+        try:
+            texts[rel] = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as err:
+            raise InputError(f"{rel}: cannot read: {getattr(err, 'strerror', None) or err}") from None
+        return texts[rel]
+
+    tms: dict[str, TritonModel] = {}
+    for cfg in sorted(mdir.glob("*/config.pbtxt")):
+        rel = cfg.relative_to(root).as_posix()
+        config = pbtxt.parse(read(rel) or "", rel)
+        folder = cfg.parent
+        versions = sorted(int(p.name) for p in folder.iterdir() if p.is_dir() and p.name.isdigit())
+        files = {v: tuple(sorted(p.relative_to(root).as_posix() for p in (folder / str(v)).rglob("*")
+                                 if p.is_file() and "__pycache__" not in p.parts)) for v in versions}
+        tms[folder.name] = TritonModel(folder.name, rel, config.platform == "ensemble",
+                                       config.backend or config.platform, tuple(versions), files)
+    overlays = tuple(sorted(p.parent.name for p in odir.glob("*/kustomization.yaml")))
+    overlay_files = {o: tuple(sorted(p.relative_to(root).as_posix() for p in (odir / o).rglob("*")
+                                     if p.is_file() or p.is_symlink())) for o in overlays}
+    for o in overlays:
+        read(f"overlays/{model}/{o}/kustomization.yaml")
+    kfile = f"clusters/{cluster_name}/models/kustomization.yaml"
+    ktext = read(kfile) or ""
+    registered = {}
+    prefix = f"./overlays/{model}/"
+    for fk in flux_kustomizations(root, root / "clusters" / cluster_name):
+        path = fk.path.rstrip("/")
+        if path.startswith(prefix) and "/" not in path[len(prefix):]:
+            rel = fk.file.relative_to(root).as_posix()
+            registered[path[len(prefix):]] = rel
+            read(rel)
+    read(f"overlays/{model}/{ROUTE_DIR}/httproute.yaml")
+    meta_text = read(f"models/{model}/model.yaml")
+    meta = {}
+    if meta_text is not None:
+        docs = load_all(root / "models" / model / "model.yaml")
+        meta = docs[0] if docs and isinstance(docs[0], dict) else {}
+    return Facts(model=model, cluster=cluster_name, triton_models=tms, texts=texts, overlays=overlays,
+                 registered=registered, flux_entries=tuple(resources_of(ktext, kfile)), model_yaml=meta,
+                 overlay_files=overlay_files)
+
+
+# ---- choices ------------------------------------------------------------------------------------------
+
+def pick_triton_model(facts: Facts, name: str | None) -> TritonModel:
+    """--triton-model, else MODEL with '-' written '_', else the model's only non-ensemble Triton model."""
+    from kubectl_triton.gitops.scaffold import triton_name
+
+    tms = facts.triton_models
+    if name is not None:
+        if name not in tms:
+            raise InputError(f"--triton-model {name!r}: not a Triton model of {facts.model} "
+                             f"(models/{facts.model}/ holds {', '.join(tms) or 'none'})")
+        tm = tms[name]
+    else:
+        candidates = [t for t in tms.values() if not t.ensemble]
+        default = tms.get(triton_name(facts.model))
+        if default is not None and not default.ensemble:
+            tm = default
+        elif len(candidates) == 1:
+            tm = candidates[0]
+        else:
+            raise InputError(f"{facts.model}: several Triton models ({', '.join(t.name for t in candidates)}); "
+                             "name the versioned one with --triton-model")
+    if tm.ensemble:
+        raise InputError(f"--triton-model {tm.name}: an ensemble has no versions of its own; version one of "
+                         "its steps (the ensemble calls the version that the step's policy serves)")
+    return tm
+
+
+def pick_stable_gpu(facts: Facts, gpu: str | None) -> str:
+    """--gpu, else the only stable overlay of MODEL registered with Flux in the cluster."""
+    stable = [o for o in facts.registered if o not in _NOT_GPU and not o.endswith(SUFFIX)
+              and not o.endswith("-engine-build")]
+    if gpu is not None:
+        if gpu.endswith(SUFFIX) or gpu in _NOT_GPU or gpu not in facts.overlays:
+            choices = ", ".join(o for o in facts.overlays if o not in _NOT_GPU and not o.endswith(SUFFIX)
+                                and not o.endswith("-engine-build"))
+            raise InputError(f"--gpu {gpu!r}: no overlay overlays/{facts.model}/{gpu}/; available: {choices}")
+        if gpu not in stable:
+            raise InputError(f"--gpu {gpu}: overlays/{facts.model}/{gpu} is not registered with Flux in "
+                             f"clusters/{facts.cluster}: a canary needs a stable track that runs")
+        return gpu
+    if len(stable) == 1:
+        return stable[0]
+    if not stable:
+        raise InputError(f"{facts.model}: no overlay of it is registered with Flux in clusters/{facts.cluster}")
+    raise InputError(f"{facts.model}: several stable overlays run in clusters/{facts.cluster} "
+                     f"({', '.join(sorted(stable))}); pick one with --gpu")
+
+
+def _config(facts: Facts, tm: TritonModel) -> Any:
+    from kubectl_triton.formats import pbtxt
+
+    return pbtxt.parse(facts.texts[tm.config_rel], tm.config_rel)
+
+
+def stable_version(facts: Facts, tm: TritonModel, canary: int, requested: int | None) -> tuple[int, bool]:
+    """The version the stable track serves and whether config.pbtxt already pins it."""
+    kind, versions = served_versions(_config(facts, tm))
+    if kind == "specific" and len(versions) == 1:
+        if requested is not None and requested != versions[0]:
+            raise InputError(f"--stable-version {requested}: {tm.config_rel} pins version {versions[0]}")
+        return versions[0], True
+    if kind != "latest" or versions != [1]:
+        raise InputError(f"{tm.config_rel}: the stable track serves several versions ({kind} policy); pin "
+                         "one with 'version_policy: { specific: { versions: [ N ] } }' or pass --stable-version")
+    if requested is not None:
+        return requested, False
+    older = [v for v in tm.versions if v < canary]
+    meta = facts.model_yaml.get("version")
+    if older:
+        return max(older), False
+    if isinstance(meta, int) and meta != canary:
+        return meta, False
+    return 1, False
+
+
+def version_entries(tm: TritonModel, version: int) -> list[str]:
+    """configMapGenerator entries (`KEY=../../../models/...`) of the files committed for one version."""
+    return [f"{rel.split('/', 2)[2].replace('/', '__')}=../../../{rel}" for rel in tm.version_files.get(version, ())]
+
+
+# ---- file texts ---------------------------------------------------------------------------------------
+
+def canary_kustomization(facts: Facts, gpu: str, tm: TritonModel, version: int, stable: int) -> str:
+    """overlays/MODEL/GPU-canary/kustomization.yaml: the stable overlay, renamed, relabelled, pinned to N."""
+    m = facts.model
+    files = [f"{tm.name}__config.pbtxt={tm.name}.config.pbtxt"]
+    files += version_entries(tm, version)
+    lines = [
+        f"# Canary of {m}: Triton model {tm.name} version {version} beside overlays/{m}/{gpu} (version {stable}).",
+        f"# {tm.name}.config.pbtxt is {tm.config_rel} pinned to version {version}.",
+        f"# Traffic split: overlays/{m}/{ROUTE_DIR}/httproute.yaml. Written by `kubectl triton canary`;",
+        f"# `kubectl triton promote {m}` or `kubectl triton abort {m}` removes this folder.",
+        "apiVersion: kustomize.config.k8s.io/v1beta1", "kind: Kustomization",
+        "nameSuffix: -canary", "labels:", "  - pairs:",
+        f"      {INSTANCE_LABEL}: {m}-canary",
+        "    includeSelectors: true", "    fields:", "      - path: spec/selector/matchLabels",
+        "        kind: ServiceMonitor", "        create: true", "  - pairs:",
+        f"      {LABEL_MODEL}: {m}", f"      {LABEL_TRACK}: {CANARY}", f'      {LABEL_VERSION}: "{version}"',
+        "    includeTemplates: true", "commonAnnotations:", f"  {ANN_TRITON_MODEL}: {tm.name}",
+        f'  {ANN_STABLE_VERSION}: "{stable}"', "resources:", f"  - ../{gpu}", "configMapGenerator:",
+        "  - name: model-config", "    namespace: triton", "    behavior: merge", "    files:",
+        *[f"      - {f}" for f in files]]
+    return "\n".join(lines) + "\n"
+
+
+def _gateway(gateway: str) -> tuple[str | None, str]:
+    ns, _, name = gateway.rpartition("/")
+    dns = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
+    if not dns.fullmatch(name) or (ns and not dns.fullmatch(ns)) or len(name) > 253:
+        raise InputError(f"--gateway {gateway!r}: expected [NAMESPACE/]NAME of a Gateway (DNS names)")
+    return ns or None, name
+
+
+def split_line(model: str, weight: int | None) -> list[dict]:
+    refs = [{"name": service_name(model), "port": HTTP_PORT, "weight": 100 - (weight or 0)}]
+    if weight is not None:
+        refs.append({"name": service_name(model, True), "port": HTTP_PORT, "weight": weight})
+    return refs
+
+
+def _flow(refs: list[dict]) -> str:
+    return "[" + ", ".join("{" + ", ".join(f"{k}: {v}" for k, v in r.items()) + "}" for r in refs) + "]"
+
+
+def route_files(facts: Facts, tm: TritonModel, gateway: str, stable: int, version: int, weight: int) -> dict:
+    """overlays/MODEL/route/{kustomization,httproute}.yaml for a new route."""
+    m = facts.model
+    ns, name = _gateway(gateway)
+    paths = sorted(facts.triton_models)
+    parent = [f"    - name: {name}"] + ([f"      namespace: {ns}"] if ns else [])
+    route = [
+        f"# {m} behind the Gateway: requests for its Triton models go to the stable and canary Services by "
+        "weight.",
+        f"# `kubectl triton canary {m} --weight P` edits the backendRefs line (weights sum to 100).",
+        "apiVersion: gateway.networking.k8s.io/v1", "kind: HTTPRoute", "metadata:", f"  name: {m}",
+        "  labels:", f"    {INSTANCE_LABEL}: {m}", "  annotations:", f"    {ANN_TRITON_MODEL}: {tm.name}",
+        f'    {ANN_STABLE_VERSION}: "{stable}"', f'    {ANN_CANARY_VERSION}: "{version}"', "spec:",
+        "  parentRefs:", *parent, "  rules:", "    - matches:",
+        *[f"        - path: {{type: PathPrefix, value: /v2/models/{p}}}" for p in paths],
+        f"      backendRefs: {_flow(split_line(m, weight))}"]
+    kust = ["apiVersion: kustomize.config.k8s.io/v1beta1", "kind: Kustomization", "namespace: triton",
+            "resources:", "  - httproute.yaml"]
+    base = f"overlays/{m}/{ROUTE_DIR}"
+    return {f"{base}/kustomization.yaml": "\n".join(kust) + "\n", f"{base}/httproute.yaml": "\n".join(route) + "\n"}
+
+
+# ---- round-trip edits -----------------------------------------------------------------------------------
+
+def _load(text: str, source: str) -> tuple[Any, Any]:
+    from kubectl_triton.formats.yamledit import _yaml
+
+    return _yaml(text, source)
+
+
+def _dump(yaml: Any, doc: Any) -> str:
+    from kubectl_triton.formats.yamledit import _dump as dump
+
+    return dump(yaml, doc)
+
+
+def _flow_refs(refs: list[dict]) -> Any:
+    from ruamel.yaml.comments import CommentedMap, CommentedSeq
+
+    seq = CommentedSeq()
+    for ref in refs:
+        item = CommentedMap(ref)
+        item.fa.set_flow_style()
+        seq.append(item)
+    seq.fa.set_flow_style()
+    return seq
+
+
+def _split_rules(doc: Any, model: str, source: str) -> list[Any]:
+    rules = [r for r in ((doc.get("spec") or {}).get("rules") or [])
+             if any(isinstance(b, dict) and b.get("name") == service_name(model) for b in r.get("backendRefs") or [])]
+    if not rules:
+        raise InputError(f"{source}: no rule sends traffic to Service {service_name(model)}")
+    return rules
+
+
+def route_set_split(text: str, model: str, weight: int | None, *, stable: int,
+                    canary: int | None, source: str) -> str:
+    """The route with its split rewritten: stable (+ canary at `weight`) and the version annotations."""
+    yaml, doc = _load(text, source)
+    for rule in _split_rules(doc, model, source):
+        refs = rule["backendRefs"]
+        keep = [b for b in refs if not (isinstance(b, dict) and b.get("name") in
+                                        (service_name(model), service_name(model, True)))]
+        rule["backendRefs"] = _flow_refs(split_line(model, weight)) if not keep else refs
+        if keep:
+            raise InputError(f"{source}: a rule also sends traffic to {keep[0].get('name')}; edit it by hand")
+    meta = doc.setdefault("metadata", {})
+    ann = meta.setdefault("annotations", {})
+    ann[ANN_STABLE_VERSION] = _dq(str(stable))
+    if canary is None:
+        ann.pop(ANN_CANARY_VERSION, None)
+    else:
+        ann[ANN_CANARY_VERSION] = _dq(str(canary))
+    return _dump(yaml, doc)
+
+
+def _dq(text: str) -> Any:
+    from ruamel.yaml.scalarstring import DoubleQuotedScalarString
+
+    return DoubleQuotedScalarString(text)
+
+
+def route_set_weight(text: str, model: str, weight: int, source: str) -> str:
+    """Only the two weights change (the backendRefs line)."""
+    yaml, doc = _load(text, source)
+    changed = False
+    for rule in _split_rules(doc, model, source):
+        refs = {b.get("name"): b for b in rule["backendRefs"] if isinstance(b, dict)}
+        if service_name(model, True) not in refs:
+            continue
+        refs[service_name(model)]["weight"] = 100 - weight
+        refs[service_name(model, True)]["weight"] = weight
+        changed = True
+    if not changed:
+        raise InputError(f"{source}: no rule sends traffic to the canary Service {service_name(model, True)}")
+    return _dump(yaml, doc)
+
+
+def route_canary(text: str, model: str, source: str) -> tuple[int | None, int | None, int | None]:
+    """(stable version, canary version, canary weight) as the route records them."""
+    from kubectl_triton.formats.yamlio import loads_all
+
+    docs = loads_all(text, source)
+    doc = docs[0] if docs and isinstance(docs[0], dict) else {}
+    ann = (doc.get("metadata") or {}).get("annotations") or {}
+    weight = None
+    for rule in (doc.get("spec") or {}).get("rules") or []:
+        for b in rule.get("backendRefs") or []:
+            if isinstance(b, dict) and b.get("name") == service_name(model, True):
+                weight = b.get("weight", 1)
+    return _int(ann.get(ANN_STABLE_VERSION)), _int(ann.get(ANN_CANARY_VERSION)), weight
+
+
+def _int(value: Any) -> int | None:
+    try:
+        return int(str(value))
+    except (TypeError, ValueError):
+        return None
+
+
+def flux_depends(text: str, *, add: tuple[str, ...] = (), remove: tuple[str, ...] = (), source: str) -> str:
+    """A Flux Kustomization file with dependsOn entries added/removed (round trip)."""
+    from ruamel.yaml.comments import CommentedMap, CommentedSeq
+
+    yaml, doc = _load(text, source)
+    spec = doc.setdefault("spec", CommentedMap())
+    deps = spec.get("dependsOn")
+    if deps is None:
+        deps = spec["dependsOn"] = CommentedSeq()
+    for i in reversed(range(len(deps))):
+        if isinstance(deps[i], dict) and deps[i].get("name") in remove:
+            del deps[i]
+    names = {d.get("name") for d in deps if isinstance(d, dict)}
+    for name in add:
+        if name not in names:
+            deps.append(CommentedMap([("name", name)]))
+    return _dump(yaml, doc)
+
+
+def component_add_files(text: str, entries: list[str], source: str) -> str:
+    """The model Component with `entries` appended to the model-config generator's files."""
+    yaml, doc = _load(text, source)
+    gens = [g for g in doc.get("configMapGenerator") or [] if isinstance(g, dict) and g.get("name") == "model-config"]
+    if not gens:
+        raise InputError(f"{source}: no model-config configMapGenerator")
+    files = gens[0].setdefault("files", [])
+    present = {str(f).split("=", 1)[0] for f in files}
+    added = False
+    for entry in entries:
+        if entry.split("=", 1)[0] not in present:
+            files.append(entry)
+            added = True
+    return _dump(yaml, doc) if added else text
+
+
+def model_yaml_version(text: str, version: int, source: str) -> str:
+    yaml, doc = _load(text, source)
+    if doc.get("version") == version or ("version" not in doc and version == 1):
+        return text
+    doc["version"] = version
+    return _dump(yaml, doc)
+
+
+# ---- plans ------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Rollout:
+    """A canary in progress, as the repository describes it."""
+
+    gpu: str  # stable overlay
+    canary_overlay: str
+    triton_model: str
+    stable: int
+    canary: int
+    weight: int | None
+
+
+def current(facts: Facts) -> Rollout | None:
+    """The canary in progress, or None."""
+    from kubectl_triton.formats.yamlio import loads_all
+
+    overlay = facts.canary_overlay
+    if overlay is None:
+        return None
+    krel = f"overlays/{facts.model}/{overlay}/kustomization.yaml"
+    docs = loads_all(facts.texts.get(krel, ""), krel)
+    doc = docs[0] if docs and isinstance(docs[0], dict) else {}
+    gpu = next((str(r)[3:] for r in doc.get("resources") or [] if str(r).startswith("../")), overlay[:-len(SUFFIX)])
+    labels = {}
+    for entry in doc.get("labels") or []:
+        labels.update(entry.get("pairs") or {})
+    ann = doc.get("commonAnnotations") or {}
+    tm = str(ann.get(ANN_TRITON_MODEL) or "")
+    canary, stable = _int(labels.get(LABEL_VERSION)), _int(ann.get(ANN_STABLE_VERSION))
+    if not tm or canary is None or stable is None:
+        raise InputError(f"{krel}: not a canary overlay written by kubectl triton (labels {LABEL_VERSION}, "
+                         f"annotations {ANN_TRITON_MODEL}, {ANN_STABLE_VERSION} are needed)")
+    weight = None
+    if facts.route_rel in facts.texts:
+        weight = route_canary(facts.texts[facts.route_rel], facts.model, facts.route_rel)[2]
+    return Rollout(gpu, overlay, tm, stable, canary, weight)
+
+
+def check_weight(weight: int) -> None:
+    if not 0 <= weight <= 100:
+        raise InputError(f"--weight {weight}: a percentage from 0 to 100")
+
+
+def plan_start(facts: Facts, *, version: int, weight: int, gpu: str | None = None,
+               triton_model: str | None = None, stable: int | None = None,
+               gateway: str = DEFAULT_GATEWAY) -> Plan:
+    """A new canary: canary overlay + pinned config, stable pinned, route, Flux registration."""
+    from kubectl_triton.gitops.scaffold import flux_kustomization
+
+    check_weight(weight)
+    if version < 1:
+        raise InputError(f"--version {version}: Triton versions are positive integers")
+    if facts.canary_overlay is not None:
+        raise InputError(f"{facts.model}: a canary is in progress (overlays/{facts.model}/{facts.canary_overlay});"
+                         f" change its weight with --weight alone, or promote/abort it first")
+    tm = pick_triton_model(facts, triton_model)
+    gpu = pick_stable_gpu(facts, gpu)
+    s, pinned = stable_version(facts, tm, version, stable)
+    if s == version:
+        raise InputError(f"--version {version}: the stable track already serves version {version}")
+    m, files = facts.model, {}
+    folder = f"models/{m}/{tm.name}/{version}"
+    if not tm.version_files.get(version):
+        if tm.backend == "python":
+            raise InputError(f"--version {version}: commit {folder}/model.py first (python models keep their "
+                             "versions side by side in git)")
+        # Model files come from the artifact store; the committed folder declares the version, so the
+        # assembled repository (and validate) have it and the pod links the artifacts into it.
+        files[f"{folder}/{KEEP}"] = ""
+        tm = replace(tm, version_files={**tm.version_files, version: (f"{folder}/{KEEP}",)})
+    stable_text = facts.texts[tm.config_rel]
+    if not pinned:
+        stable_text = set_version_policy(stable_text, s, tm.config_rel)
+        files[tm.config_rel] = stable_text
+    canary_dir = f"overlays/{m}/{gpu}{SUFFIX}"
+    files[f"{canary_dir}/kustomization.yaml"] = canary_kustomization(facts, gpu, tm, version, s)
+    files[f"{canary_dir}/{tm.name}.config.pbtxt"] = set_version_policy(stable_text, version, tm.config_rel)
+    stable_flux, canary_flux, route_flux = (flux_name(m, gpu), flux_name(m, gpu + SUFFIX), flux_name(m, ROUTE_DIR))
+    files[f"{facts.flux_dir}/{canary_flux}.yaml"] = flux_kustomization(
+        canary_flux, canary_dir, timeout=_timeout(facts, gpu))
+    if facts.route_rel in facts.texts:
+        files[facts.route_rel] = route_set_split(facts.texts[facts.route_rel], m, weight, stable=s, canary=version,
+                                                 source=facts.route_rel)
+    else:
+        files.update(route_files(facts, tm, gateway, s, version, weight))
+    route_file = facts.registered.get(ROUTE_DIR)
+    if route_file:
+        files[route_file] = flux_depends(facts.texts[route_file], add=(stable_flux, canary_flux), source=route_file)
+    else:
+        route_file = f"{facts.flux_dir}/{route_flux}.yaml"
+        files[route_file] = flux_kustomization(route_flux, f"overlays/{m}/{ROUTE_DIR}", timeout="5m",
+                                               depends=(stable_flux, canary_flux))
+    _register(facts, files, add=[f"{canary_flux}.yaml", Path(route_file).name], remove=[])
+    return Plan(files)
+
+
+def _timeout(facts: Facts, gpu: str) -> str:
+    """The stable overlay's Flux timeout, so the canary gets the same budget."""
+    from kubectl_triton.formats.yamlio import loads_all
+
+    rel = facts.registered.get(gpu)
+    if rel and rel in facts.texts:
+        docs = loads_all(facts.texts[rel], rel)
+        value = ((docs[0] if docs else {}).get("spec") or {}).get("timeout")
+        if value:
+            return str(value)
+    return "15m"
+
+
+def _register(facts: Facts, files: dict[str, str], *, add: list[str], remove: list[str]) -> None:
+    from kubectl_triton.formats.yamledit import edit_resources
+
+    kfile = f"{facts.flux_dir}/kustomization.yaml"
+    text = facts.texts.get(kfile, "")
+    updated = edit_resources(text, add=add, remove=remove, source=kfile)
+    if updated != text:
+        files[kfile] = updated
+
+
+def plan_weight(facts: Facts, weight: int, version: int | None = None) -> Plan:
+    """Change the split of the canary in progress: one line of the route."""
+    check_weight(weight)
+    ro = current(facts)
+    if ro is None:
+        raise InputError(f"{facts.model}: no canary in progress; start one with --version N --weight P")
+    if version is not None and version != ro.canary:
+        raise InputError(f"--version {version}: the canary in progress serves version {ro.canary}; promote or "
+                         "abort it before starting another")
+    if facts.route_rel not in facts.texts:
+        raise InputError(f"{facts.route_rel}: missing; the canary has no route to change")
+    text = facts.texts[facts.route_rel]
+    new = route_set_weight(text, facts.model, weight, facts.route_rel)
+    return Plan({facts.route_rel: new})
+
+
+def _end(facts: Facts, promote: bool) -> tuple[Plan, Rollout]:
+    ro = current(facts)
+    if ro is None:
+        raise InputError(f"{facts.model}: no canary in progress (no overlays/{facts.model}/*{SUFFIX}/)")
+    m, files = facts.model, {}
+    tm = facts.triton_models.get(ro.triton_model)
+    if tm is None:
+        raise InputError(f"overlays/{m}/{ro.canary_overlay}: Triton model {ro.triton_model} is not in models/{m}/")
+    version = ro.canary if promote else ro.stable
+    if promote:
+        files[tm.config_rel] = set_version_policy(facts.texts[tm.config_rel], version, tm.config_rel)
+        comp = f"overlays/{m}/model/kustomization.yaml"
+        entries = version_entries(tm, version)
+        if entries:
+            new = component_add_files(facts.texts[comp], entries, comp)
+            if new != facts.texts[comp]:
+                files[comp] = new
+        meta = f"models/{m}/model.yaml"
+        if meta in facts.texts:
+            new = model_yaml_version(facts.texts[meta], version, meta)
+            if new != facts.texts[meta]:
+                files[meta] = new
+        if files.get(tm.config_rel) == facts.texts[tm.config_rel]:
+            del files[tm.config_rel]
+    if facts.route_rel in facts.texts:
+        files[facts.route_rel] = route_set_split(facts.texts[facts.route_rel], m, None, stable=version, canary=None,
+                                                 source=facts.route_rel)
+    canary_flux = flux_name(m, ro.canary_overlay)
+    route_file = facts.registered.get(ROUTE_DIR)
+    if route_file:
+        files[route_file] = flux_depends(facts.texts[route_file], remove=(canary_flux,), source=route_file)
+    delete = list(facts.overlay_files.get(ro.canary_overlay, ()))
+    keep = f"models/{m}/{tm.name}/{ro.canary}/{KEEP}"
+    if not promote and tm.version_files.get(ro.canary) == (keep,):
+        delete.append(keep)  # the marker `canary` wrote for an artifact-backed version
+    flux_file = facts.registered.get(ro.canary_overlay)
+    remove = []
+    if flux_file:
+        delete.append(flux_file)
+        remove.append(Path(flux_file).name)
+    _register(facts, files, add=[], remove=remove)
+    return Plan(files, tuple(delete)), ro
+
+
+def plan_promote(facts: Facts) -> tuple[Plan, Rollout]:
+    """The canary's version becomes stable (config.pbtxt pin, model files), the canary is removed and the
+    route sends everything to the stable Service."""
+    return _end(facts, promote=True)
+
+
+def plan_abort(facts: Facts) -> tuple[Plan, Rollout]:
+    """The canary is removed; the stable version and config stay; the route sends everything to stable."""
+    return _end(facts, promote=False)

@@ -1,0 +1,1 @@
+"""Every printer: kubectl-style tables, JSON/YAML documents, colour."""
