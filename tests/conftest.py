@@ -65,6 +65,7 @@ def repo_copy(tmp_path: Path) -> Path:
     dest = tmp_path / "repo"
     for part in ("base", "overlays", "models", "clusters"):
         shutil.copytree(REPO / part, dest / part)
+    shutil.copy(REPO / "kubectl-triton.yaml", dest / "kubectl-triton.yaml")  # what the clusters provide
     return dest
 
 

@@ -17,9 +17,24 @@ from typing import Any
 
 from kubectl_triton.adapters import kustomize
 from kubectl_triton.checks.findings import ERROR, WARNING, Finding
+from kubectl_triton.checks.registry import register
 from kubectl_triton.errors import RenderError, TritonCtlError
 from kubectl_triton.formats import schemas, yamlio
-from kubectl_triton.gitops import assembly, repo
+from kubectl_triton.gitops import assembly, layout, repo
+
+YAML_INVALID = register(
+    "YamlInvalid", "error", "repository",
+    "A kustomization, Flux or model.yaml file of the repository is not valid YAML; the gate reports it and checks "
+    "everything else.",
+    "Fix the syntax at the line shown (the folders that use the file cannot render until then).")
+LAYOUT_INVALID = register(
+    "LayoutInvalid", "error", "repository",
+    "kubectl-triton.yaml does not follow its schema (kubectl_triton/data/layout.schema.json).",
+    "Fix the entry at the line shown; docs/layout-file.md describes the `cluster.provides` section.")
+MODEL_METADATA_INVALID = register(
+    "ModelMetadataInvalid", "error", "model",
+    "models/<model>/model.yaml has a field of the wrong shape (the GPU and compatibility checks skip that model).",
+    "Write the field as add-model does (strings, a list of GPU types, positive integers under engine:).")
 
 INSTANCE_LABEL = "app.kubernetes.io/instance"
 # Repository-wide checks with the signature check(root: Path, targets: list[Target]) -> list[Finding],
@@ -51,7 +66,15 @@ def validate_repo(root: Path, options: Options | None = None,
     options = options or Options()
     say = progress or (lambda _msg: None)
     findings: list[Finding] = []
+    problems = repo.yaml_problems(root)
+    findings += [YAML_INVALID.finding(f"invalid YAML: {p.message}" if "YAML" not in p.message else p.message,
+                                      path=p.path, line=p.line) for p in problems]
+    broken = {root / p.path for p in problems}
+    provides = _provides(root, findings)
+    findings += _metadata_findings(root, broken)
     targets = _targets(root, findings)
+    # A folder whose own kustomization file is malformed is reported above, not rendered again.
+    targets = [t for t in targets if repo.kustomization_file(t.path) not in broken]
     say(f"rendering {len(targets)} kustomizations")
     for target, result in zip(targets, kustomize.build_many(t.path for t in targets), strict=True):
         if isinstance(result, RenderError):
@@ -79,8 +102,48 @@ def validate_repo(root: Path, options: Options | None = None,
         findings += _compat_findings(root, rendered)
     for module_name in REPO_CHECKS:
         if importlib.util.find_spec(module_name) is not None:
-            findings += importlib.import_module(module_name).check(root, rendered)
+            try:
+                findings += importlib.import_module(module_name).check(root, rendered)
+            except TritonCtlError as err:  # a file the check reads is malformed: reported above, go on
+                findings.append(Finding(ERROR, "CheckInputInvalid", _relative_message(root, err.message)))
+    say("simulating each cluster's apply order")
+    from kubectl_triton.checks.manifests import convergence, gpufacts
+
+    findings += convergence.check(root, targets, provides)
+    findings += gpufacts.check(root, rendered)
     return _dedupe(findings)
+
+
+def _relative_message(root: Path, message: str) -> str:
+    """A message with the repository's absolute path written relative to it."""
+    return message.replace(f"{root.resolve()}/", "").replace(f"{root}/", "")
+
+
+def _provides(root: Path, findings: list[Finding]) -> layout.ClusterProvides:
+    """kubectl-triton.yaml's `cluster.provides`; a malformed file is a finding and counts as empty."""
+    try:
+        return layout.read_cluster_provides(root)
+    except layout.LayoutError as err:
+        findings.append(LAYOUT_INVALID.finding(err.problem, path=err.path, line=err.line))
+        return layout.ClusterProvides(file=layout.LAYOUT_FILE)
+
+
+def _metadata_findings(root: Path, broken: set[Path]) -> list[Finding]:
+    """models/*/model.yaml files that parse but have fields of the wrong shape."""
+    from kubectl_triton.compat.repo_check import check_metadata
+
+    out = []
+    for meta_file in sorted((root / "models").glob("*/model.yaml")) if (root / "models").is_dir() else []:
+        if meta_file in broken:
+            continue
+        rel = repo.relative(root, meta_file)
+        docs = yamlio.load_all(meta_file)
+        try:
+            check_metadata(docs[0] if docs else {}, Path(rel))
+        except TritonCtlError as err:
+            out.append(MODEL_METADATA_INVALID.finding(err.message.removeprefix(f"{rel}: "), path=rel,
+                                                      model=meta_file.parent.name))
+    return out
 
 
 def _targets(root: Path, findings: list[Finding]) -> list[Target]:
@@ -97,8 +160,9 @@ def _targets(root: Path, findings: list[Finding]) -> list[Target]:
     for cluster in repo.clusters(root):
         if repo.kustomization_file(cluster) is not None:
             add(cluster)
-    names = {(k.namespace, k.name) for k in repo.flux_kustomizations(root)}
-    for ks in repo.flux_kustomizations(root):
+    flux = repo.flux_kustomizations(root, tolerant=True)
+    names = {(k.namespace, k.name) for k in flux}
+    for ks in flux:
         rel_file = repo.relative(root, ks.file)
         where = f"Kustomization/{ks.namespace}/{ks.name}"
         spec = ks.obj.get("spec") if isinstance(ks.obj.get("spec"), dict) else {}
@@ -149,7 +213,7 @@ def _duplicate_findings(root: Path, targets: list[Target]) -> list[Finding]:
     out = []
     for cluster in repo.clusters(root):
         owners: dict[str, list[str]] = defaultdict(list)
-        for ks in repo.flux_kustomizations(root, cluster):
+        for ks in repo.flux_kustomizations(root, cluster, tolerant=True):
             target = by_path.get((root / ks.path).resolve())
             if target is None or target.path == cluster.resolve():
                 continue
@@ -237,7 +301,7 @@ def _compat_findings(root: Path, targets: list[Target]) -> list[Finding]:
     try:
         return check_repo(root, overlays)
     except TritonCtlError as err:
-        return [Finding(ERROR, "CompatInputInvalid", err.message)]
+        return [Finding(ERROR, "CompatInputInvalid", _relative_message(root, err.message))]
 
 
 def _dedupe(findings: list[Finding]) -> list[Finding]:

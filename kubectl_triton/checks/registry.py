@@ -32,6 +32,8 @@ CHECK_MODULES: tuple[str, ...] = (
     "kubectl_triton.checks.manifests.practices",
     "kubectl_triton.checks.manifests.routes",
     "kubectl_triton.checks.manifests.enginebuild",
+    "kubectl_triton.checks.manifests.convergence",
+    "kubectl_triton.checks.manifests.gpufacts",
     "kubectl_triton.compat.repo_check",
 )
 

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from kubectl_triton.errors import InputError
-from kubectl_triton.formats.yamlio import load_all
+from kubectl_triton.formats.yamlio import load_all, loads_all
 
 KUSTOMIZATION_FILES = ("kustomization.yaml", "kustomization.yml", "Kustomization")
 FLUX_KUSTOMIZATION_API = "kustomize.toolkit.fluxcd.io/"
@@ -45,13 +46,18 @@ def kustomization_file(directory: Path) -> Path | None:
 
 
 def _kind(kfile: Path) -> str:
-    docs = load_all(kfile)
+    """The file's kind; an unreadable or malformed file counts as a Kustomization (rendering it reports why)."""
+    try:
+        docs = load_all(kfile)
+    except InputError:
+        return "Kustomization"
     doc = docs[0] if docs else None
     return str(doc.get("kind", "Kustomization")) if isinstance(doc, dict) else "Kustomization"
 
 
 def overlays(root: Path) -> list[Path]:
-    """Every buildable kustomization under overlays/ (Components excluded), sorted by path."""
+    """Every buildable kustomization under overlays/ (Components excluded, malformed files included), sorted by
+    path."""
     return [d for d, kind in _kustomizations(root / "overlays") if kind == "Kustomization"]
 
 
@@ -73,12 +79,20 @@ def clusters(root: Path) -> list[Path]:
     return sorted(p for p in top.iterdir() if p.is_dir()) if top.is_dir() else []
 
 
-def flux_kustomizations(root: Path, cluster: Path | None = None) -> list[FluxKustomization]:
-    """Flux Kustomization objects declared in the YAML files of clusters/ (or one cluster)."""
+def flux_kustomizations(root: Path, cluster: Path | None = None, *, tolerant: bool = False
+                        ) -> list[FluxKustomization]:
+    """Flux Kustomization objects declared in the YAML files of clusters/ (or one cluster). A malformed file
+    raises InputError, or is skipped when `tolerant` (`yaml_problems` reports it)."""
     found = []
     for cdir in [cluster] if cluster else clusters(root):
         for f in sorted(cdir.rglob("*.y*ml")):
-            for doc in load_all(f):
+            try:
+                docs = load_all(f)
+            except InputError:
+                if tolerant:
+                    continue
+                raise
+            for doc in docs:
                 if (isinstance(doc, dict) and doc.get("kind") == "Kustomization"
                         and str(doc.get("apiVersion", "")).startswith(FLUX_KUSTOMIZATION_API)):
                     meta = doc.get("metadata") if isinstance(doc.get("metadata"), dict) else {}
@@ -95,3 +109,42 @@ def relative(root: Path, path: Path) -> str:
         return str(path.resolve().relative_to(root.resolve()))
     except ValueError:
         return str(path)
+
+
+@dataclass(frozen=True)
+class YamlProblem:
+    """A repository file that is not valid YAML: repository-relative path, 1-based line when known, the reason."""
+
+    path: str
+    line: int | None
+    message: str
+
+
+def read_problem(root: Path, path: Path) -> YamlProblem | None:
+    """Why `path` cannot be read as YAML (None when it can), with its repository-relative path and line."""
+    rel = relative(root, path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        return YamlProblem(rel, None, f"cannot read: {getattr(err, 'strerror', None) or err}")
+    try:
+        loads_all(text, rel)
+    except InputError as err:
+        found = re.match(rf"{re.escape(rel)}:(\d+)(?::\d+)?: (.*)", err.message, re.S)
+        return YamlProblem(rel, int(found[1]), found[2]) if found else \
+            YamlProblem(rel, None, err.message.removeprefix(f"{rel}: "))
+    return None
+
+
+def yaml_problems(root: Path) -> list[YamlProblem]:
+    """Every malformed file the repository's tools read: kustomization files (overlays/, base/, clusters/), the
+    Flux files under clusters/ and models/*/model.yaml."""
+    files: set[Path] = set()
+    for top in ("overlays", "base", "clusters"):
+        if (root / top).is_dir():
+            files.update(p for name in KUSTOMIZATION_FILES for p in (root / top).rglob(name))
+    if (root / "clusters").is_dir():
+        files.update((root / "clusters").rglob("*.y*ml"))
+    if (root / "models").is_dir():
+        files.update((root / "models").glob("*/model.yaml"))
+    return [p for f in sorted(files) if f.is_file() and (p := read_problem(root, f)) is not None]
