@@ -39,7 +39,8 @@ MODEL_METADATA_INVALID = register(
 INSTANCE_LABEL = "app.kubernetes.io/instance"
 # Repository-wide checks with the signature check(root: Path, targets: list[Target]) -> list[Finding],
 # run when their module exists.
-REPO_CHECKS = ("kubectl_triton.checks.manifests.enginebuild", "kubectl_triton.checks.manifests.security", "kubectl_triton.checks.manifests.routes")
+REPO_CHECKS = ("kubectl_triton.checks.manifests.enginebuild", "kubectl_triton.checks.manifests.security",
+               "kubectl_triton.checks.manifests.routes")
 
 
 @dataclass

@@ -67,10 +67,6 @@ SERVICEMONITOR_SELECTS_NOTHING = register(
     "A ServiceMonitor selects no Service, or no selected Service has the port its endpoints name: nothing is "
     "scraped.",
     "Match the selector to the Service's labels and name an existing Service port in endpoints[].port.")
-ROUTE_BACKEND_MISSING = register(
-    "RouteBackendMissing", "error", "cluster",
-    "An HTTPRoute/GRPCRoute backendRef names a Service or port that does not exist: requests get 500s.",
-    "Point backendRefs at an existing Service and one of its ports.")
 WAIT_NEVER_HEALTHY = register(
     "WaitNeverHealthy", "error", "cluster",
     "A Kustomization with `wait: true` holds an object that cannot become healthy with what the repository "
@@ -80,13 +76,13 @@ WAIT_NEVER_HEALTHY = register(
     "(cluster.provides.storageClasses, with rwx/default/volumeBindingMode).")
 
 WORKLOADS = ("Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job", "CronJob", "Pod", "LeaderWorkerSet")
-ROUTES = ("HTTPRoute", "GRPCRoute")
 
 
 @cache
 def _data() -> dict[str, Any]:
-    import yaml
     from importlib import resources
+
+    import yaml
 
     return yaml.safe_load(resources.files("kubectl_triton").joinpath("data", "chart_crds.yaml")
                           .read_text(encoding="utf-8"))
@@ -466,8 +462,7 @@ def _reference_findings(ks: Applied, objects: list[dict], cluster: _Cluster,
                     f"in namespace {ns}", path=ks.path, object=oid)
         elif kind == "ServiceMonitor":
             yield from _service_monitor(ks, obj, cluster)
-        elif kind in ROUTES:
-            yield from _route(ks, obj, cluster)
+        # HTTPRoute backends (Service and port, in the clusters that apply the route): checks/manifests/routes.py
 
 
 def _fmt_labels(labels: Any) -> str:
@@ -485,10 +480,11 @@ def _service_monitor(ks: Applied, obj: dict, cluster: _Cluster) -> Iterator[Find
         candidates = [s for n in names for s in cluster.services.get(str(n), [])]
     selected = [s for s in candidates if selector_matches(spec.get("selector") or {}, _labels(s))]
     if not selected:
+        scope = "any namespace" if nsel.get("any") else \
+            "namespace " + ", ".join(map(str, nsel.get("matchNames") or [ns]))
         yield SERVICEMONITOR_SELECTS_NOTHING.finding(
-            f"selector {_fmt_labels((spec.get('selector') or {}).get('matchLabels'))} matches no Service in "
-            f"{'any namespace' if nsel.get('any') else 'namespace ' + ', '.join(map(str, nsel.get('matchNames') or [ns]))}"
-            ": Prometheus scrapes nothing", path=ks.path, object=oid)
+            f"selector {_fmt_labels((spec.get('selector') or {}).get('matchLabels'))} matches no Service in {scope}: "
+            "Prometheus scrapes nothing", path=ks.path, object=oid)
         return
     for endpoint in spec.get("endpoints") or []:
         port = endpoint.get("port") if isinstance(endpoint, dict) else None
@@ -498,23 +494,6 @@ def _service_monitor(ks: Applied, obj: dict, cluster: _Cluster) -> Iterator[Find
                 f"endpoint port {port!r} is not a named port of the selected Service(s) "
                 f"({', '.join(object_id(s) for s in selected)}): that endpoint is never scraped",
                 path=ks.path, object=oid)
-
-
-def _route(ks: Applied, obj: dict, cluster: _Cluster) -> Iterator[Finding]:
-    ns, oid = _ns(obj), object_id(obj)
-    for rule in _spec(obj).get("rules") or []:
-        for ref in (rule.get("backendRefs") or []) if isinstance(rule, dict) else []:
-            if not isinstance(ref, dict) or ref.get("kind", "Service") != "Service" or ref.get("group", "") != "":
-                continue
-            ref_ns, name = str(ref.get("namespace") or ns), str(ref.get("name"))
-            service = cluster.by_kind.get(("Service", ref_ns, name))
-            if service is None:
-                yield ROUTE_BACKEND_MISSING.finding(f"backendRef Service {ref_ns}/{name} does not exist",
-                                                    path=ks.path, object=oid)
-            elif ref.get("port") is not None and not any(
-                    isinstance(p, dict) and p.get("port") == ref.get("port") for p in _spec(service).get("ports") or []):
-                yield ROUTE_BACKEND_MISSING.finding(f"backendRef port {ref.get('port')} is not a port of Service "
-                                                    f"{ref_ns}/{name}", path=ks.path, object=oid)
 
 
 def _storage_classes(provides: ClusterProvides, all_objects: Iterable[dict]) -> tuple[dict[str, Any], str | None]:
