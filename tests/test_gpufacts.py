@@ -83,7 +83,8 @@ def test_image_upgrade_must_update_the_model_metadata(run_cli, repo_copy: Path):
 
 
 def _meta(size: str, quant: str = "none", dtype: str = "bfloat16", tp: int = 1) -> ModelMeta:
-    meta = {"name": f"m-{size}", "backend": "tensorrtllm", "image": "nvcr.io/nvidia/tritonserver:24.12-trtllm-python-py3",
+    meta = {"name": f"m-{size}", "backend": "tensorrtllm",
+            "image": "nvcr.io/nvidia/tritonserver:24.12-trtllm-python-py3",
             "engine": {"tp": tp, "pp": 1, "dtype": dtype, "quantization": quant}}
     return ModelMeta(f"m-{size}", "models/m/model.yaml", "", meta)
 
