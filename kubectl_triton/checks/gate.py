@@ -262,7 +262,7 @@ def _check_assembled(root: Path, target: Target, data: dict[str, str], dest: Pat
         return [Finding(ERROR, "ModelRepositoryInvalid", err.message, path=target.rel)], \
             practices.ModelFacts(False, False)
     instance = _instance(target.objects)
-    found = check_repository(dest, display_root=dest)
+    found = check_repository(dest, display_root=dest, strict=strict_model_config(target.objects))
     if options.triton:
         from kubectl_triton.checks.model.triton import check_repository_with_triton
 
@@ -272,6 +272,28 @@ def _check_assembled(root: Path, target: Target, data: dict[str, str], dest: Pat
     except TritonCtlError:
         facts = practices.ModelFacts(False, False)
     return [_source_path(root, target, instance, dest, f) for f in found], facts
+
+
+def strict_model_config(objects: list[dict]) -> bool:
+    """Does the overlay's tritonserver run with auto-complete disabled (--strict-model-config=true or
+    --disable-auto-complete-config)? Triton's default is auto-complete on."""
+    strict = False
+    for obj in objects:
+        if obj.get("kind") != "Deployment":
+            continue
+        pod = ((obj.get("spec") or {}).get("template") or {}).get("spec") or {}
+        for container in pod.get("containers") or []:
+            words = [str(w) for w in (container.get("command") or []) + (container.get("args") or [])]
+            if not any("tritonserver" in w for w in words):
+                continue
+            for i, word in enumerate(words):
+                flag, _, value = word.partition("=")
+                if flag == "--disable-auto-complete-config":
+                    strict = True
+                elif flag == "--strict-model-config":
+                    value = value or (words[i + 1] if i + 1 < len(words) else "true")
+                    strict = value.lower() in ("true", "1", "yes", "on")
+    return strict
 
 
 def _instance(objects: list[dict]) -> str | None:
