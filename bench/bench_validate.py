@@ -46,14 +46,17 @@ def make_repo(dest: Path, count: int) -> list[Path]:
         overlays.append(overlay)
         (cluster / f"{name}.yaml").write_text(
             (ROOT / "clusters/production/models/image-classifier-l4.yaml").read_text()
-            .replace("image-classifier-l4", f"{name}-{gpu}").replace("image-classifier/l4", f"{name}/{gpu}")
-            .replace("    - name: platform\n", ""))
+            .replace("image-classifier-l4", f"{name}-{gpu}").replace("image-classifier/l4", f"{name}/{gpu}"))
         entries.append(f"  - {name}.yaml\n")
     (cluster / "kustomization.yaml").write_text(
         "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n" + "".join(entries))
     infra = dest / "clusters/bench/infrastructure.yaml"
     infra.write_text((ROOT / "clusters/production/infrastructure.yaml").read_text()
                      .replace("./clusters/production/infrastructure", "./clusters/bench/models"))
+    # The triton Namespace and the model-artifacts PVC every model needs (validate checks that the cluster
+    # converges), and what the cluster provides.
+    shutil.copy(ROOT / "clusters/production/platform.yaml", dest / "clusters/bench/platform.yaml")
+    shutil.copy(ROOT / "kubectl-triton.yaml", dest / "kubectl-triton.yaml")
     return overlays
 
 
