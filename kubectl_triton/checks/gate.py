@@ -156,7 +156,7 @@ def _targets(root: Path, findings: list[Finding]) -> list[Target]:
             targets[path] = Target(path, repo.relative(root, path))
         return targets[path]
 
-    for overlay in repo.overlays(root):
+    for overlay in repo.overlays(root, tolerant=True):
         add(overlay)
     for cluster in repo.clusters(root):
         if repo.kustomization_file(cluster) is not None:

@@ -45,20 +45,22 @@ def kustomization_file(directory: Path) -> Path | None:
     return None
 
 
-def _kind(kfile: Path) -> str:
-    """The file's kind; an unreadable or malformed file counts as a Kustomization (rendering it reports why)."""
+def _kind(kfile: Path, tolerant: bool = False) -> str:
+    """The file's kind. A malformed file raises InputError, or with `tolerant` counts as a Kustomization."""
     try:
         docs = load_all(kfile)
     except InputError:
-        return "Kustomization"
+        if tolerant:
+            return "Kustomization"
+        raise
     doc = docs[0] if docs else None
     return str(doc.get("kind", "Kustomization")) if isinstance(doc, dict) else "Kustomization"
 
 
-def overlays(root: Path) -> list[Path]:
-    """Every buildable kustomization under overlays/ (Components excluded, malformed files included), sorted by
-    path."""
-    return [d for d, kind in _kustomizations(root / "overlays") if kind == "Kustomization"]
+def overlays(root: Path, *, tolerant: bool = False) -> list[Path]:
+    """Every buildable kustomization under overlays/ (Components excluded), sorted by path. A malformed
+    kustomization.yaml raises InputError, or with `tolerant` is listed (`yaml_problems` reports it)."""
+    return [d for d, kind in _kustomizations(root / "overlays", tolerant) if kind == "Kustomization"]
 
 
 def components(root: Path) -> list[Path]:
@@ -66,11 +68,11 @@ def components(root: Path) -> list[Path]:
     return [d for d, kind in _kustomizations(root / "overlays") if kind == "Component"]
 
 
-def _kustomizations(top: Path) -> Iterator[tuple[Path, str]]:
+def _kustomizations(top: Path, tolerant: bool = False) -> Iterator[tuple[Path, str]]:
     if not top.is_dir():
         return
     for kfile in sorted(top.rglob("kustomization.yaml")):
-        yield kfile.parent, _kind(kfile)
+        yield kfile.parent, _kind(kfile, tolerant)
 
 
 def clusters(root: Path) -> list[Path]:
