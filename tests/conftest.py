@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,6 +58,18 @@ def rendered() -> dict[str, list[dict]]:
         assert not isinstance(result, Exception), result
         out[repo.relative(REPO, result.path)] = yamlio.loads_all(result.yaml, str(result.path))
     return out
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _render_cache(tmp_path_factory: pytest.TempPathFactory):
+    """validate's render cache lives in the test session's temporary folder, not in the user's ~/.cache."""
+    old = os.environ.get("KUBECTL_TRITON_CACHE_DIR")
+    os.environ["KUBECTL_TRITON_CACHE_DIR"] = str(tmp_path_factory.mktemp("render-cache"))
+    yield
+    if old is None:
+        os.environ.pop("KUBECTL_TRITON_CACHE_DIR", None)
+    else:
+        os.environ["KUBECTL_TRITON_CACHE_DIR"] = old
 
 
 @pytest.fixture

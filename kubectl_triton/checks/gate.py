@@ -17,10 +17,11 @@ from typing import Any
 
 from kubectl_triton.adapters import kustomize
 from kubectl_triton.checks.findings import ERROR, WARNING, Finding
+from kubectl_triton.checks.manifests import convergence, gpufacts
 from kubectl_triton.checks.registry import register
 from kubectl_triton.errors import RenderError, TritonCtlError
 from kubectl_triton.formats import schemas, yamlio
-from kubectl_triton.gitops import assembly, layout, repo
+from kubectl_triton.gitops import assembly, inputs, layout, repo
 
 YAML_INVALID = register(
     "YamlInvalid", "error", "repository",
@@ -41,6 +42,8 @@ INSTANCE_LABEL = "app.kubernetes.io/instance"
 # run when their module exists.
 REPO_CHECKS = ("kubectl_triton.checks.manifests.enginebuild", "kubectl_triton.checks.manifests.security",
                "kubectl_triton.checks.manifests.routes")
+# Of those, the checks whose findings on one folder depend on that folder alone (--changed-from narrows them).
+LOCAL_CHECKS = ("kubectl_triton.checks.manifests.security",)
 
 
 @dataclass
@@ -59,6 +62,8 @@ class Options:
     kubernetes_version: str = schemas.DEFAULT_KUBERNETES_VERSION
     triton: bool = False
     compat: bool = True
+    cache: bool = True  # reuse renders whose inputs are unchanged (adapters.kustomize.RenderCache)
+    changed_from: str | None = None  # git ref: per-overlay checks only where the change can reach
 
 
 def validate_repo(root: Path, options: Options | None = None,
@@ -77,7 +82,8 @@ def validate_repo(root: Path, options: Options | None = None,
     # A folder whose own kustomization file is malformed is reported above, not rendered again.
     targets = [t for t in targets if repo.kustomization_file(t.path) not in broken]
     say(f"rendering {len(targets)} kustomizations")
-    for target, result in zip(targets, kustomize.build_many(t.path for t in targets), strict=True):
+    cache = kustomize.RenderCache() if options.cache else None
+    for target, result in zip(targets, kustomize.build_many((t.path for t in targets), cache), strict=True):
         if isinstance(result, RenderError):
             findings.append(Finding(ERROR, "RenderFailed", f"kustomize build failed: {result.detail}",
                                     path=target.rel))
@@ -87,9 +93,13 @@ def validate_repo(root: Path, options: Options | None = None,
             target.objects = yamlio.loads_all(result.yaml, target.rel)
         except TritonCtlError as err:
             findings.append(Finding(ERROR, "RenderFailed", err.message, path=target.rel))
+    if cache is not None:
+        cache.prune()
     rendered = [t for t in targets if t.objects]
+    # Per-folder checks run where the change can reach; cluster-wide checks always see every folder.
+    local = rendered if options.changed_from is None else _affected(root, rendered, options.changed_from)
     say("checking schemas")
-    schema_findings = _schema_findings(rendered, options.kubernetes_version)
+    schema_findings = _schema_findings(local, options.kubernetes_version)
     findings += schema_findings
     # Objects that fail their schema are reported as such; the checks below only see well-formed objects.
     invalid = {(f.path, f.object) for f in schema_findings if f.code == "SchemaInvalid"}
@@ -98,21 +108,43 @@ def validate_repo(root: Path, options: Options | None = None,
                           and (target.rel, schemas.object_id(o)) not in invalid]
     findings += _duplicate_findings(root, rendered)
     say("checking model repositories")
-    findings += _model_findings(root, rendered, options)
+    findings += _model_findings(root, local, options)
     if options.compat:
-        findings += _compat_findings(root, rendered)
+        findings += _compat_findings(root, local)
     for module_name in REPO_CHECKS:
         if importlib.util.find_spec(module_name) is not None:
             try:
-                findings += importlib.import_module(module_name).check(root, rendered)
+                findings += importlib.import_module(module_name).check(
+                    root, local if module_name in LOCAL_CHECKS else rendered)
             except TritonCtlError as err:  # a file the check reads is malformed: reported above, go on
                 findings.append(Finding(ERROR, "CheckInputInvalid", _relative_message(root, err.message)))
     say("simulating each cluster's apply order")
-    from kubectl_triton.checks.manifests import convergence, gpufacts
-
     findings += convergence.check(root, targets, provides)
-    findings += gpufacts.check(root, rendered)
+    findings += gpufacts.check(root, local)
     return _dedupe(findings)
+
+
+def _affected(root: Path, rendered: list[Target], ref: str) -> list[Target]:
+    """The rendered folders a change since `ref` can affect: those whose build inputs changed, the overlays of a
+    changed model's folder, the paths of changed Flux files. A change outside overlays/, base/, models/ and
+    clusters/ (the layout file, say) affects everything."""
+    changed = inputs.changed_files(root, ref)
+    top = root.resolve()
+    inside = {c for c in changed if top in c.parents}
+    if any(c.relative_to(top).parts[0] not in ("overlays", "base", "models", "clusters") for c in inside):
+        return rendered
+    models = {c.relative_to(top).parts[1] for c in inside if c.relative_to(top).parts[0] == "models"
+              and len(c.relative_to(top).parts) > 2}
+    flux_paths = {(root / ks.path).resolve() for ks in repo.flux_kustomizations(root, tolerant=True)
+                  if ks.file.resolve() in inside}
+    out = []
+    for target in rendered:
+        parts = Path(target.rel).parts
+        found = inputs.build_inputs(target.path)
+        if not found.complete or found.files & inside or target.path in flux_paths \
+                or (len(parts) > 1 and parts[0] == "overlays" and parts[1] in models):
+            out.append(target)
+    return out
 
 
 def _relative_message(root: Path, message: str) -> str:
