@@ -198,7 +198,7 @@ def _targets(root: Path, findings: list[Finding]) -> list[Target]:
     for ks in flux:
         rel_file = repo.relative(root, ks.file)
         where = f"Kustomization/{ks.namespace}/{ks.name}"
-        spec = ks.obj.get("spec") if isinstance(ks.obj.get("spec"), dict) else {}
+        spec: dict[str, Any] = ks.obj["spec"] if isinstance(ks.obj.get("spec"), dict) else {}
         depends = spec.get("dependsOn") or []
         if not isinstance(depends, list) or not all(isinstance(d, dict) for d in depends):
             findings.append(Finding(ERROR, "FluxDependencyMissing", "dependsOn must be a list of {name, namespace} "

@@ -327,7 +327,7 @@ def _flux_paths(root: Path, objects: list[dict]) -> tuple[list[Path], list[str]]
     for obj in objects:
         api = str(obj.get("apiVersion", ""))
         if obj.get("kind") == "Kustomization" and api.startswith(repo.FLUX_KUSTOMIZATION_API):
-            spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
+            spec: dict[str, Any] = obj["spec"] if isinstance(obj.get("spec"), dict) else {}
             rel = str(spec.get("path", "./"))
             path = (root / rel).resolve()
             name = (obj.get("metadata") or {}).get("name") if isinstance(obj.get("metadata"), dict) else None
@@ -352,12 +352,13 @@ def snapshots(roots: list[Path]) -> tuple[list[Snapshot], list[str]]:
     done: list[set[tuple[str, Path]]] = [set() for _ in roots]
     todo: list[tuple[int, str, Path]] = []
     for i, root in enumerate(roots):
-        for cluster in repo.clusters(root):
-            snaps[i].setdefault(cluster.name, {})
-            if repo.kustomization_file(cluster):
-                todo.append((i, cluster.name, cluster.resolve()))
+        for cluster_dir in repo.clusters(root):
+            snaps[i].setdefault(cluster_dir.name, {})
+            if repo.kustomization_file(cluster_dir):
+                todo.append((i, cluster_dir.name, cluster_dir.resolve()))
             else:  # no kustomization.yaml: Flux applies every YAML file below it
-                todo += [(i, cluster.name, (root / ks.path).resolve()) for ks in repo.flux_kustomizations(root, cluster)
+                todo += [(i, cluster_dir.name, (root / ks.path).resolve())
+                         for ks in repo.flux_kustomizations(root, cluster_dir)
                          if (root / ks.path).is_dir() and repo.kustomization_file(root / ks.path)]
     unapplied_round = False
     while todo:

@@ -101,7 +101,7 @@ def read_cluster_provides(root: Path) -> ClusterProvides:
     import json
     from importlib import resources
 
-    import jsonschema
+    import jsonschema  # type: ignore[import-untyped]
     import yaml
 
     path = root / LAYOUT_FILE
@@ -123,13 +123,13 @@ def read_cluster_provides(root: Path) -> ClusterProvides:
                         .read_text(encoding="utf-8"))
     errors = sorted(jsonschema.Draft202012Validator(schema).iter_errors(doc), key=lambda e: list(e.absolute_path))
     if errors:
-        err = errors[0]
-        where = ".".join(str(p) for p in err.absolute_path) or "(top level)"
-        raise LayoutError(LAYOUT_FILE, _node_line(node, list(err.absolute_path)) if node is not None else None,
-                          f"{where}: {err.message}")
+        first = errors[0]
+        where = ".".join(str(p) for p in first.absolute_path) or "(top level)"
+        raise LayoutError(LAYOUT_FILE, _node_line(node, list(first.absolute_path)) if node is not None else None,
+                          f"{where}: {first.message}")
     provides = (doc.get("cluster") or {}).get("provides") or {}
 
-    def names(items: list[Any], key: str) -> frozenset[str]:
+    def names(items: list[Any] | None, key: str) -> frozenset[str]:
         return frozenset(i if isinstance(i, str) else i[key] for i in items or ())
 
     classes = tuple(StorageClassInfo(c["name"], bool(c.get("rwx", False)), bool(c.get("default", False)),

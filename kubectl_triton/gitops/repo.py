@@ -97,8 +97,8 @@ def flux_kustomizations(root: Path, cluster: Path | None = None, *, tolerant: bo
             for doc in docs:
                 if (isinstance(doc, dict) and doc.get("kind") == "Kustomization"
                         and str(doc.get("apiVersion", "")).startswith(FLUX_KUSTOMIZATION_API)):
-                    meta = doc.get("metadata") if isinstance(doc.get("metadata"), dict) else {}
-                    spec = doc.get("spec") if isinstance(doc.get("spec"), dict) else {}
+                    meta: dict[str, Any] = doc["metadata"] if isinstance(doc.get("metadata"), dict) else {}
+                    spec: dict[str, Any] = doc["spec"] if isinstance(doc.get("spec"), dict) else {}
                     found.append(FluxKustomization(
                         name=str(meta.get("name", "")), namespace=str(meta.get("namespace", "flux-system")),
                         path=str(spec.get("path", "./")), file=f, obj=doc))

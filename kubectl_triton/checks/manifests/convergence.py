@@ -99,6 +99,10 @@ def _group(obj: dict) -> str:
     return api.rpartition("/")[0] if "/" in api else ""
 
 
+def _as_dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
 def _meta(obj: dict) -> dict:
     meta = obj.get("metadata")
     return meta if isinstance(meta, dict) else {}
@@ -322,7 +326,7 @@ def pod_templates(obj: dict) -> list[dict]:
         spec = ((spec.get("jobTemplate") or {}).get("spec") or {}) if isinstance(spec.get("jobTemplate"), dict) \
             else {}
     if kind == "LeaderWorkerSet":
-        lwt = spec.get("leaderWorkerTemplate") if isinstance(spec.get("leaderWorkerTemplate"), dict) else {}
+        lwt = _as_dict(spec.get("leaderWorkerTemplate"))
         return [t for t in (lwt.get("leaderTemplate"), lwt.get("workerTemplate")) if isinstance(t, dict)]
     template = spec.get("template")
     return [template] if isinstance(template, dict) else []
@@ -472,7 +476,7 @@ def _fmt_labels(labels: Any) -> str:
 
 def _service_monitor(ks: Applied, obj: dict, cluster: _Cluster) -> Iterator[Finding]:
     spec, ns, oid = _spec(obj), _ns(obj), object_id(obj)
-    nsel = spec.get("namespaceSelector") if isinstance(spec.get("namespaceSelector"), dict) else {}
+    nsel = _as_dict(spec.get("namespaceSelector"))
     if nsel.get("any"):
         candidates = [s for services in cluster.services.values() for s in services]
     else:
@@ -499,7 +503,8 @@ def _service_monitor(ks: Applied, obj: dict, cluster: _Cluster) -> Iterator[Find
 def _storage_classes(provides: ClusterProvides, all_objects: Iterable[dict]) -> tuple[dict[str, Any], str | None]:
     """name -> (rwx or None when unknown, binding mode), and the default class name."""
     classes: dict[str, Any] = {c.name: (c.rwx, c.binding_mode) for c in provides.storage_classes}
-    default = provides.default_class().name if provides.default_class() else None
+    declared = provides.default_class()
+    default = declared.name if declared else None
     for obj in all_objects:
         if obj.get("kind") == "StorageClass":
             mode = str(obj.get("volumeBindingMode") or "Immediate")
@@ -597,7 +602,7 @@ def check(root: Path, targets: list[Any], provides: ClusterProvides) -> list[Fin
         for ks in repo.flux_kustomizations(root, cluster_dir, tolerant=True):
             path = (root / ks.path).resolve()
             target = by_path.get(path)
-            spec = ks.obj.get("spec") if isinstance(ks.obj.get("spec"), dict) else {}
+            spec = _as_dict(ks.obj.get("spec"))
             if path == cluster_dir.resolve():
                 flux_ns = ks.namespace
             applied.append(Applied(ks.name, ks.namespace, repo.relative(root, ks.file), repo.relative(root, path),

@@ -64,7 +64,7 @@ def release(image: Any) -> str | None:
 def parameters_billion(meta: dict[str, Any], name: str) -> float | None:
     """The model's size in billions of parameters: engine.parameters_billion, else a size in its name or its
     checkpoint path (llama3-8b -> 8)."""
-    engine = meta.get("engine") if isinstance(meta.get("engine"), dict) else {}
+    engine: dict[str, Any] = meta["engine"] if isinstance(meta.get("engine"), dict) else {}
     given = engine.get("parameters_billion")
     if isinstance(given, (int, float)) and not isinstance(given, bool) and given > 0:
         return float(given)
