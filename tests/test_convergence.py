@@ -216,3 +216,12 @@ def test_chart_knowledge_is_data_with_sources():
     for chart in ("gpu-operator", "kube-prometheus-stack", "prometheus-operator-crds", "prometheus-adapter", "keda",
                   "gateway-helm", "lws"):
         assert _data()["charts"][chart]["source"].startswith("https://")
+
+
+def test_dependency_circle_is_an_error(run_cli, repo_copy: Path):
+    _edit(repo_copy / "clusters/production/platform.yaml", "  wait: true\n",
+          "  wait: true\n  dependsOn:\n    - name: image-classifier-l4\n")
+    circles = _errors(_findings(run_cli, repo_copy), "FluxDependencyCycle")
+    assert [f["message"] for f in circles] == [
+        "dependsOn circle image-classifier-l4 -> platform -> image-classifier-l4: Flux waits on it forever"]
+    assert circles[0]["path"] == "clusters/production/models/image-classifier-l4.yaml"

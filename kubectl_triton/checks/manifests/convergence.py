@@ -75,6 +75,11 @@ WAIT_NEVER_HEALTHY = register(
     "Name an RWX-capable storageClassName on the PVC, or declare the cluster's StorageClasses in kubectl-triton.yaml "
     "(cluster.provides.storageClasses, with rwx/default/volumeBindingMode).")
 
+DEPENDENCY_CYCLE = register(
+    "FluxDependencyCycle", "error", "cluster",
+    "Flux Kustomizations depend on each other in a circle: none of them is ever applied.",
+    "Remove one `dependsOn` entry of the circle.")
+
 WORKLOADS = ("Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job", "CronJob", "Pod", "LeaderWorkerSet")
 
 
@@ -561,10 +566,37 @@ def _wait_findings(ks: Applied, objects: list[dict], provides: ClusterProvides,
                 f"Kustomization mounts the PVC: it stays Pending and {where} forever", path=ks.path, object=oid)
 
 
+def cycles(applied: list[Applied]) -> list[list[Applied]]:
+    """Each dependsOn circle once (as the Kustomizations along it, starting from the smallest key)."""
+    by_key = {ks.key: ks for ks in applied}
+    found: dict[tuple[tuple[str, str], ...], list[Applied]] = {}
+
+    def walk(ks: Applied, path: list[Applied]) -> None:
+        if ks in path:
+            circle = path[path.index(ks):]
+            start = min(range(len(circle)), key=lambda i: circle[i].key)
+            circle = circle[start:] + circle[:start]
+            found.setdefault(tuple(k.key for k in circle), circle)
+            return
+        if len(path) > len(applied):
+            return
+        for dep in ks.depends:
+            if dep in by_key:
+                walk(by_key[dep], [*path, ks])
+
+    for ks in applied:
+        walk(ks, [])
+    return list(found.values())
+
+
 def check_cluster(applied: list[Applied], provides: ClusterProvides, flux_namespace: str = "flux-system"
                   ) -> list[Finding]:
     """Every convergence finding of one cluster's Flux Kustomizations."""
     by_key = {ks.key: ks for ks in applied}
+    out_cycles = [DEPENDENCY_CYCLE.finding(
+        "dependsOn circle " + " -> ".join(k.name for k in [*circle, circle[0]]) + ": Flux waits on it forever",
+        path=circle[0].file, object=f"Kustomization/{circle[0].namespace}/{circle[0].name}")
+        for circle in cycles(applied)]
     effective = {ks.key: effective_objects(ks) for ks in applied}
     all_objects = [o for objs in effective.values() for o in objs]
     cluster = _Cluster()
@@ -573,7 +605,7 @@ def check_cluster(applied: list[Applied], provides: ClusterProvides, flux_namesp
     everywhere = _Provided()
     for ks in applied:
         _add_from(everywhere, ks, effective[ks.key], True, all_objects)
-    out: list[Finding] = []
+    out: list[Finding] = out_cycles
     for ks in applied:
         if ks.objects is None:
             continue
