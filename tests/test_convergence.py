@@ -225,3 +225,14 @@ def test_dependency_circle_is_an_error(run_cli, repo_copy: Path):
     assert [f["message"] for f in circles] == [
         "dependsOn circle image-classifier-l4 -> platform -> image-classifier-l4: Flux waits on it forever"]
     assert circles[0]["path"] == "clusters/production/models/image-classifier-l4.yaml"
+
+
+def test_secrets_written_by_controllers_from_repository_objects_resolve():
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "default"},
+           "spec": {"containers": [{"name": "c", "envFrom": [{"secretRef": {"name": "s3"}}]}]}}
+    external = {"apiVersion": "external-secrets.io/v1beta1", "kind": "ExternalSecret",
+                "metadata": {"name": "store", "namespace": "default"}, "spec": {"target": {"name": "s3"}}}
+    provides = ClusterProvides(crds=frozenset({"external-secrets.io"}))
+    assert [f.code for f in check_cluster([Applied("a", "flux-system", "c/a.yaml", "a", {}, [pod])], provides)] \
+        == ["SecretMissing"]
+    assert check_cluster([Applied("a", "flux-system", "c/a.yaml", "a", {}, [pod, external])], provides) == []

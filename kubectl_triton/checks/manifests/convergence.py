@@ -378,6 +378,15 @@ class _Cluster:
                         self.claim_templates.add((ns, _name(vct)))
         if kind == "Service" and _group(obj) == "":
             self.services[ns].append(obj)
+        # Secrets that controllers write from objects of the repository
+        spec = _spec(obj)
+        if kind == "Certificate" and _group(obj) == "cert-manager.io" and spec.get("secretName"):
+            self.by_kind[("Secret", ns, str(spec["secretName"]))] = obj
+        elif kind == "ExternalSecret" and _group(obj) == "external-secrets.io":
+            target = _as_dict(spec.get("target")).get("name") or _name(obj)
+            self.by_kind[("Secret", ns, str(target))] = obj
+        elif kind == "SealedSecret" and _group(obj) == "bitnami.com":
+            self.by_kind[("Secret", ns, _name(obj))] = obj
 
     def has(self, kind: str, ns: str | None, name: str) -> bool:
         return (kind, ns, name) in self.by_kind
