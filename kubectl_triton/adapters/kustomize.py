@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -12,6 +13,7 @@ from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from kubectl_triton.errors import RenderError, ToolMissing
 from kubectl_triton.gitops.inputs import build_inputs
@@ -23,10 +25,13 @@ FLUX_FLAGS = ("--load-restrictor", "LoadRestrictionsNone")
 
 @dataclass(frozen=True)
 class Rendered:
-    """One kustomization directory and the multi-document YAML it built into."""
+    """One kustomization directory and the multi-document YAML it built into (with the cache key it is stored
+    under and, when the cache had them, its documents already parsed)."""
 
     path: Path
     yaml: str
+    key: str | None = None
+    docs: list[Any] | None = None
 
 
 def kustomize_command() -> list[str]:
@@ -83,13 +88,28 @@ class RenderCache:
             h.update(f"{file}\0{self._digest(file)}\0".encode())
         return h.hexdigest()
 
-    def get(self, key: str) -> str | None:
+    def get(self, key: str) -> tuple[str, list[Any] | None] | None:
+        """The cached render and, when stored, its parsed documents."""
         try:
             text = (self.directory / f"{key}.yaml").read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError):
             return None
+        docs = None
+        with contextlib.suppress(OSError, ValueError):
+            loaded = json.loads((self.directory / f"{key}.json").read_text(encoding="utf-8"))
+            docs = loaded if isinstance(loaded, list) else None
         self.hits += 1
-        return text
+        return text, docs
+
+    def put_docs(self, key: str, docs: list[Any]) -> None:
+        """Store a render's parsed documents beside it (JSON parses far faster than YAML), when JSON holds them
+        exactly (no dates, no non-string keys)."""
+        try:
+            text = json.dumps(docs, separators=(",", ":"))
+        except (TypeError, ValueError):
+            return
+        if json.loads(text) == docs:
+            self._write(f"{key}.json", text)
 
     def prune(self, keep: int = 2048) -> None:
         """Keep the `keep` most recently written renders."""
@@ -97,14 +117,18 @@ class RenderCache:
             entries = sorted(self.directory.glob("*.yaml"), key=lambda p: p.stat().st_mtime, reverse=True)
             for old in entries[keep:]:
                 old.unlink(missing_ok=True)
+                old.with_suffix(".json").unlink(missing_ok=True)
 
     def put(self, key: str, text: str) -> None:
+        self._write(f"{key}.yaml", text)
+
+    def _write(self, name: str, text: str) -> None:
         with contextlib.suppress(OSError):  # a cache that cannot be written only costs speed
             self.directory.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=self.directory, suffix=".tmp")
             with os.fdopen(fd, "w", encoding="utf-8") as fh:
                 fh.write(text)
-            os.replace(tmp, self.directory / f"{key}.yaml")
+            os.replace(tmp, self.directory / name)
 
 
 def default_cache_dir() -> Path:
@@ -124,9 +148,9 @@ def build_many(paths: Iterable[Path], cache: RenderCache | None = None) -> list[
     def one(p: Path) -> Rendered | RenderError:
         key = cache.key(p, cmd) if cache is not None else None
         if cache is not None and key is not None:
-            text = cache.get(key)
-            if text is not None:
-                return Rendered(p, text)
+            found = cache.get(key)
+            if found is not None:
+                return Rendered(p, found[0], key, found[1])
             cache.misses += 1
         try:
             result = build(p, cmd)
@@ -134,6 +158,7 @@ def build_many(paths: Iterable[Path], cache: RenderCache | None = None) -> list[
             return err
         if cache is not None and key is not None:
             cache.put(key, result.yaml)
+            return Rendered(p, result.yaml, key)
         return result
 
     workers = max(1, min(len(paths), (os.cpu_count() or 2) * 2))

@@ -89,10 +89,16 @@ def validate_repo(root: Path, options: Options | None = None,
                                     path=target.rel))
             continue
         target.result = result
+        if result.docs is not None:
+            target.objects = list(result.docs)
+            continue
         try:
             target.objects = yamlio.loads_all(result.yaml, target.rel)
         except TritonCtlError as err:
             findings.append(Finding(ERROR, "RenderFailed", err.message, path=target.rel))
+            continue
+        if cache is not None and result.key is not None:
+            cache.put_docs(result.key, target.objects)
     if cache is not None:
         cache.prune()
     rendered = [t for t in targets if t.objects]

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from kubectl_triton.errors import InputError
-from kubectl_triton.formats.yamlio import load_all
+from kubectl_triton.formats.yamlio import load_all_shared
 from kubectl_triton.gitops.repo import kustomization_file
 
 _DIR_LISTS = ("resources", "bases", "components", "crds", "generators", "transformers", "validators")
@@ -57,14 +57,14 @@ def build_inputs(directory: Path) -> Inputs:
         if not folder.is_dir():
             out.complete = False
             return
-        for child in folder.iterdir():
+        for child in folder.iterdir():  # `folder` is resolved: only symlinked children need resolving
             if child.is_file():
-                add_file(child)
+                out.files.add(child.resolve() if child.is_symlink() else child)
         kfile = kustomization_file(folder)
         if kfile is None:
             return
         try:
-            docs = load_all(kfile)
+            docs = load_all_shared(kfile)
         except InputError:
             out.complete = False
             return

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from kubectl_triton.errors import InputError
-from kubectl_triton.formats.yamlio import load_all, loads_all
+from kubectl_triton.formats.yamlio import load_all, load_all_shared, loads_all_shared
 
 KUSTOMIZATION_FILES = ("kustomization.yaml", "kustomization.yml", "Kustomization")
 FLUX_KUSTOMIZATION_API = "kustomize.toolkit.fluxcd.io/"
@@ -48,7 +48,7 @@ def kustomization_file(directory: Path) -> Path | None:
 def _kind(kfile: Path, tolerant: bool = False) -> str:
     """The file's kind. A malformed file raises InputError, or with `tolerant` counts as a Kustomization."""
     try:
-        docs = load_all(kfile)
+        docs = load_all_shared(kfile) if tolerant else load_all(kfile)
     except InputError:
         if tolerant:
             return "Kustomization"
@@ -89,7 +89,7 @@ def flux_kustomizations(root: Path, cluster: Path | None = None, *, tolerant: bo
     for cdir in [cluster] if cluster else clusters(root):
         for f in sorted(cdir.rglob("*.y*ml")):
             try:
-                docs = load_all(f)
+                docs = load_all_shared(f) if tolerant else load_all(f)
             except InputError:
                 if tolerant:
                     continue
@@ -130,7 +130,7 @@ def read_problem(root: Path, path: Path) -> YamlProblem | None:
     except (OSError, UnicodeDecodeError) as err:
         return YamlProblem(rel, None, f"cannot read: {getattr(err, 'strerror', None) or err}")
     try:
-        loads_all(text, rel)
+        loads_all_shared(text, rel)
     except InputError as err:
         found = re.match(rf"{re.escape(rel)}:(\d+)(?::\d+)?: (.*)", err.message, re.S)
         return YamlProblem(rel, int(found[1]), found[2]) if found else \
