@@ -32,10 +32,10 @@ def test_enabled(monkeypatch, mode, no_color, tty, expected):
 
 
 def test_plain_findings_text_is_byte_identical_and_colour_only_adds_codes():
-    findings = [Finding(ERROR, "triton.ensemble", "bad", path="models/m/config.pbtxt", line=3, model="m"),
+    findings = [Finding(ERROR, "EnsembleGraph", "bad", path="models/m/config.pbtxt", line=3, model="m"),
                 Finding(WARNING, "practice.X", "meh", path="overlays/m/l4", object="Deployment/triton/m")]
     plain = to_text(findings)
-    assert plain == ("models/m/config.pbtxt:3: error [triton.ensemble] m: bad\n"
+    assert plain == ("models/m/config.pbtxt:3: error [EnsembleGraph] m: bad\n"
                      "overlays/m/l4: warning [practice.X] Deployment/triton/m: meh\n"
                      "1 error(s), 1 warning(s)")
     coloured = to_text(findings, color=True)

@@ -5,8 +5,6 @@ The checks themselves are pure (checks/*, schemas, compat); this module only gat
 from __future__ import annotations
 
 import hashlib
-import importlib
-import importlib.util
 import json
 import tempfile
 from collections import defaultdict
@@ -16,15 +14,39 @@ from pathlib import Path
 from typing import Any
 
 from kubectl_triton.adapters import kustomize
-from kubectl_triton.checks.findings import ERROR, WARNING, Finding
+from kubectl_triton.checks.findings import Finding
+from kubectl_triton.checks.manifests import enginebuild, routes, security
+from kubectl_triton.checks.registry import register
 from kubectl_triton.errors import RenderError, TritonCtlError
 from kubectl_triton.formats import schemas, yamlio
 from kubectl_triton.gitops import assembly, repo
 
+RENDER_FAILED = register("RenderFailed", "error", "overlay",
+                         "kustomize cannot build the folder (as Flux's build would fail)",
+                         "run `kubectl kustomize PATH` and fix the file it names")
+SCHEMA_INVALID = register("SchemaInvalid", "error", "overlay", "a rendered object fails its Kubernetes or CRD schema",
+                          "fix the field named; the API server (or Flux's dry run) would reject the object")
+SCHEMA_MISSING = register("SchemaMissing", "warning", "overlay", "no schema is known for a rendered kind",
+                          "check the kind and apiVersion; custom resources need their CRD schema bundled")
+FLUX_DEPENDENCY = register("FluxDependencyMissing", "error", "cluster",
+                           "a Flux Kustomization dependsOn something no Flux Kustomization of the repository is",
+                           "name an existing Kustomization in dependsOn (name and namespace), or add it")
+FLUX_PATH = register("FluxPathInvalid", "error", "cluster", "a Flux Kustomization's spec.path is missing or leaves "
+                     "the repository", "point spec.path at a folder of this repository (relative to its root)")
+FLUX_UNBUILDABLE = register("FluxPathUnbuildable", "warning", "cluster",
+                            "a Flux Kustomization's path has no kustomization.yaml",
+                            "add a kustomization.yaml so the folder renders the same here and in Flux")
+DUPLICATE_OBJECT = register("DuplicateObject", "error", "cluster",
+                            "two Flux Kustomizations of one cluster render the same object",
+                            "render each object from one Kustomization only (a model on one GPU type per cluster)")
+MODEL_REPOSITORY = register("ModelRepositoryInvalid", "error", "overlay",
+                            "the model-repository ConfigMap cannot be assembled into a Triton repository",
+                            "fix the ConfigMap keys (model/config.pbtxt paths) that the generator writes")
+COMPAT_INPUT = register("CompatInputInvalid", "error", "repository",
+                        "an engine record or model metadata that the compat checks cannot read",
+                        "fix or re-record the file named (kubectl triton record-engine)")
+
 INSTANCE_LABEL = "app.kubernetes.io/instance"
-# Repository-wide checks with the signature check(root: Path, targets: list[Target]) -> list[Finding],
-# run when their module exists.
-REPO_CHECKS = ("kubectl_triton.checks.manifests.enginebuild", "kubectl_triton.checks.manifests.security", "kubectl_triton.checks.manifests.routes")
 
 
 @dataclass
@@ -55,14 +77,14 @@ def validate_repo(root: Path, options: Options | None = None,
     say(f"rendering {len(targets)} kustomizations")
     for target, result in zip(targets, kustomize.build_many(t.path for t in targets), strict=True):
         if isinstance(result, RenderError):
-            findings.append(Finding(ERROR, "RenderFailed", f"kustomize build failed: {result.detail}",
+            findings.append(RENDER_FAILED.finding(f"kustomize build failed: {result.detail}",
                                     path=target.rel))
             continue
         target.result = result
         try:
             target.objects = yamlio.loads_all(result.yaml, target.rel)
         except TritonCtlError as err:
-            findings.append(Finding(ERROR, "RenderFailed", err.message, path=target.rel))
+            findings.append(RENDER_FAILED.finding(err.message, path=target.rel))
     rendered = [t for t in targets if t.objects]
     say("checking schemas")
     schema_findings = _schema_findings(rendered, options.kubernetes_version)
@@ -77,9 +99,8 @@ def validate_repo(root: Path, options: Options | None = None,
     findings += _model_findings(root, rendered, options)
     if options.compat:
         findings += _compat_findings(root, rendered)
-    for module_name in REPO_CHECKS:
-        if importlib.util.find_spec(module_name) is not None:
-            findings += importlib.import_module(module_name).check(root, rendered)
+    for repo_check in (enginebuild.check, security.check, routes.check):
+        findings += repo_check(root, rendered)
     return _dedupe(findings)
 
 
@@ -104,23 +125,23 @@ def _targets(root: Path, findings: list[Finding]) -> list[Target]:
         spec = ks.obj.get("spec") if isinstance(ks.obj.get("spec"), dict) else {}
         depends = spec.get("dependsOn") or []
         if not isinstance(depends, list) or not all(isinstance(d, dict) for d in depends):
-            findings.append(Finding(ERROR, "FluxDependencyMissing", "dependsOn must be a list of {name, namespace} "
+            findings.append(FLUX_DEPENDENCY.finding("dependsOn must be a list of {name, namespace} "
                                     "objects", path=rel_file, object=where))
             depends = [d for d in depends if isinstance(d, dict)] if isinstance(depends, list) else []
         for dep in depends:
             if (dep.get("namespace", ks.namespace), dep.get("name")) not in names:
-                findings.append(Finding(ERROR, "FluxDependencyMissing", f"dependsOn {dep.get('name')} names no "
+                findings.append(FLUX_DEPENDENCY.finding(f"dependsOn {dep.get('name')} names no "
                                         "Flux Kustomization in this repository: Flux would wait for it forever",
                                         path=rel_file, object=where))
         path = (root / ks.path).resolve()
         if root.resolve() not in (path, *path.parents):
-            findings.append(Finding(ERROR, "FluxPathInvalid", f"spec.path {ks.path} leaves the repository",
+            findings.append(FLUX_PATH.finding(f"spec.path {ks.path} leaves the repository",
                                     path=rel_file, object=where))
         elif not path.is_dir():
-            findings.append(Finding(ERROR, "FluxPathInvalid", f"spec.path {ks.path} does not exist",
+            findings.append(FLUX_PATH.finding(f"spec.path {ks.path} does not exist",
                                     path=rel_file, object=where))
         elif repo.kustomization_file(path) is None:
-            findings.append(Finding(WARNING, "FluxPathUnbuildable", f"spec.path {ks.path} has no "
+            findings.append(FLUX_UNBUILDABLE.finding(f"spec.path {ks.path} has no "
                                     "kustomization.yaml; Flux generates one from every YAML file below it",
                                     path=rel_file, object=where))
         else:
@@ -138,8 +159,8 @@ def _schema_findings(targets: list[Target], version: str) -> list[Finding]:
     for target in targets:
         for obj in target.objects:
             for issue in schemas.validate_object(obj, version):
-                severity, code = (WARNING, "SchemaMissing") if issue.missing_schema else (ERROR, "SchemaInvalid")
-                out.append(Finding(severity, code, issue.message, path=target.rel, object=issue.object))
+                check = SCHEMA_MISSING if issue.missing_schema else SCHEMA_INVALID
+                out.append(check.finding(issue.message, path=target.rel, object=issue.object))
     return out
 
 
@@ -157,7 +178,7 @@ def _duplicate_findings(root: Path, targets: list[Target]) -> list[Finding]:
                 owners[f"{obj.get('apiVersion')}:{schemas.object_id(obj)}"].append(ks.name)
         for oid, names in sorted(owners.items()):
             if len(names) > 1:
-                out.append(Finding(ERROR, "DuplicateObject", f"rendered by several Flux Kustomizations "
+                out.append(DUPLICATE_OBJECT.finding(f"rendered by several Flux Kustomizations "
                                    f"({', '.join(sorted(names))}); they would fight over it and prune it",
                                    path=repo.relative(root, cluster), object=oid.split(":", 1)[1]))
     return out
@@ -194,7 +215,7 @@ def _check_assembled(root: Path, target: Target, data: dict[str, str], dest: Pat
     try:
         assembly.assemble(data, dest)
     except TritonCtlError as err:
-        return [Finding(ERROR, "ModelRepositoryInvalid", err.message, path=target.rel)], \
+        return [MODEL_REPOSITORY.finding(err.message, path=target.rel)], \
             practices.ModelFacts(False, False)
     instance = _instance(target.objects)
     found = check_repository(dest, display_root=dest)
@@ -237,7 +258,7 @@ def _compat_findings(root: Path, targets: list[Target]) -> list[Finding]:
     try:
         return check_repo(root, overlays)
     except TritonCtlError as err:
-        return [Finding(ERROR, "CompatInputInvalid", err.message)]
+        return [COMPAT_INPUT.finding(err.message)]
 
 
 def _dedupe(findings: list[Finding]) -> list[Finding]:

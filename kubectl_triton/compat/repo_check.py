@@ -9,10 +9,41 @@ from pathlib import Path
 from typing import Any
 
 from kubectl_triton.checks.findings import Finding
+from kubectl_triton.checks.registry import register
 from kubectl_triton.compat.catalog import GPU, by_gfd_label, gpus, resolve, strip_gfd_suffix
 from kubectl_triton.compat.engine import CONFIG, EngineInfo, read_engine_dir
 from kubectl_triton.compat.rules import WARNING, Reason, Result, Target, evaluate, make_result, target_reasons
 from kubectl_triton.errors import InputError, RenderError
+
+# The compat rules' reason codes as registered checks (severity: the worst a rule reports; rules may grade lower).
+CHECKS = {code: register(code, sev, "overlay", desc, fix) for code, sev, desc, fix in (
+    ("ArchMismatch", "error", "the engine was built for another compute capability than the overlay's GPU",
+     "build the engine on (or for) the GPU type that serves it"),
+    ("PrecisionUnsupported", "error", "the engine's precision needs a GPU feature the target lacks (FP8, FP4, BF16)",
+     "quantize for a precision the GPU supports, or serve on a newer GPU type"),
+    ("GPUCountMismatch", "error", "the engine's world size (tp x pp) differs from the GPUs a pod gets",
+     "request tp x pp GPUs per pod, or rebuild the engine for the GPU count"),
+    ("VersionMismatch", "error", "the engine was built with another TensorRT-LLM version than the image serves",
+     "rebuild the engine in the serving image (or serve from the build image)"),
+    ("InsufficientMemory", "error", "the engine's weights and KV cache do not fit the GPU's memory",
+     "use more GPUs (tp), a smaller precision, or a GPU with more memory"),
+    ("BatchSizeExceedsEngine", "error", "config.pbtxt's max_batch_size exceeds the engine's build limit",
+     "lower max_batch_size to the engine's max_batch_size, or rebuild"),
+    ("SeqLenExceedsEngine", "error", "requested sequence lengths exceed the engine's build limits",
+     "lower the model's limits or rebuild with larger max_input_len / max_seq_len"),
+    ("AmbiguousTarget", "error", "the overlay's GPU type or image cannot be told from the rendered objects",
+     "include exactly one GPU Component and one tritonserver image"),
+    ("UnknownBuildGPU", "warning", "the GPU an engine was built on is not in the GPU catalog",
+     "re-record the engine on a known GPU, or declare the GPU type"),
+    ("UnknownGPU", "error", "the overlay's GPU type is not in the GPU catalog", "use a GPU type of the catalog"),
+    ("DeviceModelDiffers", "warning", "the engine was built on another GPU model of the same architecture",
+     "usually loads; rebuild on the serving GPU for tuned kernels"),
+    ("UnknownImage", "warning", "the image is not in the image -> TensorRT-LLM table, so versions are not compared",
+     "use a known NGC tritonserver tag, or add it to the table"),
+    ("EngineNotRecorded", "warning", "no engine metadata is recorded for the model, so nothing is compared",
+     "kubectl triton record-engine after the engine build"),
+)}
+
 
 PRODUCT_LABEL = "nvidia.com/gpu.product"
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -314,9 +345,8 @@ def to_findings(results: Iterable[Result]) -> list[Finding]:
     out = []
     for r in results:
         for reason in r.reasons:
-            out.append(Finding(severity=reason.severity, code=reason.code,
-                               message=f"on {r.gpu}: {reason.message}",
-                               path=r.overlay or f"models/{r.model}", model=r.model))
+            out.append(CHECKS[reason.code].finding(f"on {r.gpu}: {reason.message}", severity=reason.severity,
+                                                   path=r.overlay or f"models/{r.model}", model=r.model))
     return out
 
 

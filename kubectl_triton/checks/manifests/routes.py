@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from kubectl_triton.checks.findings import ERROR, WARNING, Finding
+from kubectl_triton.checks.registry import Severity, register
 from kubectl_triton.errors import TritonCtlError
 from kubectl_triton.formats.schemas import object_id
 from kubectl_triton.gitops import assembly, repo
@@ -26,6 +27,18 @@ from kubectl_triton.gitops.canary import (
     served_versions,
     without_policy,
 )
+
+CHECKS = {code: register(code, sev, "cluster", desc, fix) for code, sev, desc, fix in (
+    ("RouteBackendMissing", "error", "an HTTPRoute backend names a Service (or port) the cluster does not render",
+     "point backendRefs at the model's stable/canary Services and their http port"),
+    ("RouteVersionMismatch", "error", "a canary route's tracks serve other model versions than the route says",
+     "re-run `kubectl triton canary` (or promote/abort) instead of editing the route by hand"),
+    ("RouteWeights", "error", "the backend weights of a canary route do not add up to 100",
+     "set the stable and canary weights so they sum to 100"),
+    ("CanaryConfigDrift", "warning", "the canary's config.pbtxt differs from the stable one beyond the version",
+     "keep the canary to a version change, or promote it to make the change stable"),
+    ("RouteNotRegistered", "warning", "no Flux Kustomization applies the route", "register the overlay in a cluster"),
+)}
 
 GATEWAY_GROUP = "gateway.networking.k8s.io/"
 
@@ -61,8 +74,8 @@ def _check_route(root: Path, target: Any, route: dict, targets: list[Any], by_pa
     oid = object_id(route)
     ns = _meta(route).get("namespace") or "default"
 
-    def finding(severity: str, code: str, message: str) -> Finding:
-        return Finding(severity, code, message, path=target.rel, object=oid)
+    def finding(severity: Severity, code: str, message: str) -> Finding:
+        return CHECKS[code].finding(message, path=target.rel, object=oid, severity=severity)
 
     out = []
     deployed, registered = _deployed(root, target, targets, by_path, flux)

@@ -1,13 +1,13 @@
 """Security findings over what the repository deploys (picked up by `validate` through REPO_CHECKS).
 
-- Pods against Pod Security Standards "restricted", plus a read-only root filesystem (codes `security.*`).
+- Pods against Pod Security Standards "restricted", plus a read-only root filesystem (codes in the check registry).
 - NetworkPolicy shape: every Triton Deployment is selected by a policy that admits the inference ports only
   from labelled client namespaces and the metrics port only from the monitoring namespace.
 - Literal credentials: Secret objects, credential-named env values and ConfigMap keys, well-known token
   patterns in any string of a rendered object, and the same in models/*/model.yaml.
 
 Opt-out, per object: the annotation `triton.kubectl.io/security-exempt: "<Code>[,<Code>...]: <reason>"`
-(codes without the `security.` prefix; the reason is required). A malformed exemption is itself an error and
+(the reason is required). A malformed exemption is itself an error and
 exempts nothing. In model.yaml the same key goes under a top-level `annotations:` mapping.
 """
 
@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from kubectl_triton.checks.findings import ERROR, WARNING, Finding
+from kubectl_triton.checks.registry import Severity, register
 from kubectl_triton.formats.schemas import object_id
 
 EXEMPT_ANNOTATION = "triton.kubectl.io/security-exempt"
@@ -50,6 +51,28 @@ CODES = {
     "LiteralCredential": "no credentials in git",
     "SecretInGit": "no Secret values in git (SOPS or an external secrets operator)",
 }
+_FIXES = {
+    "RunAsNonRoot": "set runAsNonRoot: true (and a non-zero runAsUser) in the pod securityContext",
+    "PrivilegeEscalation": "set allowPrivilegeEscalation: false on every container",
+    "Privileged": "remove privileged: true",
+    "Capabilities": "capabilities: {drop: [ALL]}",
+    "Seccomp": "seccompProfile: {type: RuntimeDefault}",
+    "ReadOnlyRootFilesystem": "readOnlyRootFilesystem: true, with emptyDir volumes where the container writes",
+    "HostNamespaces": "remove hostNetwork/hostPID/hostIPC",
+    "HostPort": "remove hostPort; expose the port through a Service",
+    "VolumeType": "use configMap, secret, emptyDir, PVC, projected, csi, downwardAPI or ephemeral volumes",
+    "ServiceAccountToken": "automountServiceAccountToken: false",
+    "NetworkPolicyMissing": "include base/triton's NetworkPolicy (or your own) selecting the Triton pods",
+    "NetworkPolicyOpen": "admit 8000/8001 only from namespaces labelled triton.kubectl.io/client",
+    "MetricsExposed": "admit 8002 only from the monitoring namespace",
+    "LiteralCredential": "reference a Secret (secretKeyRef / envFrom) kept out of git",
+    "SecretInGit": "encrypt it with SOPS or deliver it with an external secrets operator",
+    "ExemptionInvalid": "write the annotation as 'Code[,Code]: reason of at least 10 characters'",
+}
+_RULES = {**CODES, "ExemptionInvalid": "a malformed security-exempt annotation (it exempts nothing)"}
+_WARN = {"ServiceAccountToken"}
+CHECKS = {code: register(code, "warning" if code in _WARN else "error", "overlay", rule, _FIXES[code])
+          for code, rule in _RULES.items()}
 
 # Environment variable, ConfigMap key or model.yaml key names that hold a credential.
 _CRED_NAME = re.compile(
@@ -86,7 +109,7 @@ def check_objects(source: str, objects: Iterable[Any]) -> list[Finding]:
     out: list[Finding] = []
     for obj in objects:
         exempt, problems = exemptions(_meta(obj).get("annotations"))
-        out += [Finding(ERROR, "security.ExemptionInvalid", p, path=source, object=_oid(obj)) for p in problems]
+        out += [CHECKS["ExemptionInvalid"].finding(p, path=source, object=_oid(obj)) for p in problems]
         found: list[Finding] = []
         if obj.get("kind") in POD_KINDS:
             found += check_pod(source, obj)
@@ -162,8 +185,8 @@ def check_pod(source: str, obj: dict) -> list[Finding]:
     psc = _dict(pod.get("securityContext"))
     out: list[Finding] = []
 
-    def add(code: str, message: str, severity: str = ERROR) -> None:
-        out.append(Finding(severity, f"security.{code}", message, path=source, object=_oid(obj)))
+    def add(code: str, message: str, severity: Severity = "error") -> None:
+        out.append(CHECKS[code].finding(message, path=source, object=_oid(obj), severity=severity))
 
     for key in ("hostNetwork", "hostPID", "hostIPC"):
         if pod.get(key) is True:
@@ -296,7 +319,7 @@ def check_network_policies(source: str, objects: list[dict]) -> list[Finding]:
                 and "Ingress" in [str(t) for t in _list(_dict(p.get("spec")).get("policyTypes")) or ["Ingress"]]]
         if not mine:
             if "NetworkPolicyMissing" not in exempt:
-                out.append(Finding(ERROR, "security.NetworkPolicyMissing", "no NetworkPolicy selects this "
+                out.append(CHECKS["NetworkPolicyMissing"].finding("no NetworkPolicy selects this "
                                    "Deployment's pods: every pod in the cluster can call Triton",
                                    path=source, object=_oid(dep)))
             continue
@@ -316,7 +339,7 @@ def check_network_policies(source: str, objects: list[dict]) -> list[Finding]:
                     else:
                         why = next((w for w in (_peer_problem(p, metrics) for p in peers) if w), None)
                     if why:
-                        out.append(Finding(ERROR, f"security.{code}", f"ingress rule {i + 1} opens "
+                        out.append(CHECKS[code].finding(f"ingress rule {i + 1} opens "
                                            f"{', '.join(hit)}: {why}", path=source, object=_oid(policy)))
     return out
 
@@ -359,7 +382,7 @@ def check_credentials(source: str, obj: dict) -> list[Finding]:
     out: list[Finding] = []
 
     def add(code: str, message: str) -> None:
-        out.append(Finding(ERROR, f"security.{code}", message, path=source, object=_oid(obj)))
+        out.append(CHECKS[code].finding(message, path=source, object=_oid(obj), severity=ERROR))
 
     kind = obj.get("kind")
     if kind == "Secret" and (obj.get("data") or obj.get("stringData")) and not _sops(obj):
@@ -403,7 +426,7 @@ def check_model_metadata(root: Path) -> list[Finding]:
             if not isinstance(doc, dict):
                 continue
             exempt, problems = exemptions(_dict(doc.get("annotations")))
-            out += [Finding(ERROR, "security.ExemptionInvalid", p, path=rel) for p in problems]
+            out += [CHECKS["ExemptionInvalid"].finding(p, path=rel) for p in problems]
             if "LiteralCredential" in exempt:
                 continue
             for where, value in _leaves(doc):
@@ -412,7 +435,7 @@ def check_model_metadata(root: Path) -> list[Finding]:
                 if what is None and key != "secret" and literal_credential(key, value):
                     what = "a literal credential"
                 if what:
-                    out.append(Finding(ERROR, "security.LiteralCredential", f"{where} holds {what}; reference a "
+                    out.append(CHECKS["LiteralCredential"].finding(f"{where} holds {what}; reference a "
                                        "Secret by name (artifacts.secret) and keep its values out of git",
                                        path=rel, line=_line_of(lines, key)))
     return out

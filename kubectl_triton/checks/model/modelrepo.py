@@ -14,8 +14,11 @@ from pathlib import Path
 from typing import Any
 
 from kubectl_triton.checks.findings import ERROR, Finding
-from kubectl_triton.checks.model.config import Issue, ModelFolder, autofill, check_model, is_ensemble
+from kubectl_triton.checks.model.base import CONFIG_SYNTAX, Issue, ModelFolder, is_ensemble
+from kubectl_triton.checks.model.config import autofill, check_model
+from kubectl_triton.checks.model.ensemble import check_ensembles
 from kubectl_triton.errors import InputError
+from kubectl_triton.formats.pbtxt import PbtxtError, parse
 
 CONFIG = "config.pbtxt"
 
@@ -52,8 +55,6 @@ def _folder(model_dir: Path) -> ModelFolder:
 
 
 def _read(model_dir: Path) -> _Model:
-    from kubectl_triton.formats.pbtxt import PbtxtError, parse
-
     file = model_dir / CONFIG
     try:
         text = file.read_text(encoding="utf-8")
@@ -102,7 +103,7 @@ def _rel(path: Path, root: Path) -> str:
 
 def _findings(model: _Model, issues: Iterable[Issue], root: Path) -> list[Finding]:
     rel = _rel(model.file, root)
-    return [Finding(severity=i.severity, code=i.code, message=i.message, path=rel,
+    return [Finding(severity=i.level, code=i.code, message=i.message, path=rel,
                     line=_line(model.text, i.needle), model=model.name, object=i.object) for i in issues]
 
 
@@ -110,8 +111,6 @@ def check_repository(repo_dir: Path, *, display_root: Path | None = None,
                      known_models: set[str] | None = None) -> list[Finding]:
     """Every static rule over one model repository. `known_models` are names served from elsewhere
     (ensemble steps may use them); paths in findings are relative to `display_root` (default repo_dir)."""
-    from kubectl_triton.checks.model.ensemble import check_ensembles
-
     root = display_root or repo_dir
     models = _scan(repo_dir)
     findings: list[Finding] = []
@@ -129,7 +128,7 @@ def check_repository(repo_dir: Path, *, display_root: Path | None = None,
             err = m.error
             rel = _rel(m.file, root)
             where = f"{rel}:{err.line}" + (f":{err.column}" if err.column else "")
-            findings.append(Finding(severity=ERROR, code="triton.pbtxt", message=f"{where}: {err.problem}",
+            findings.append(CONFIG_SYNTAX.finding(f"{where}: {err.problem}",
                                     path=rel, line=err.line, model=m.name))
             broken.add(m.name)
             continue
@@ -137,7 +136,7 @@ def check_repository(repo_dir: Path, *, display_root: Path | None = None,
         findings.extend(_findings(m, issues, root))
         filled[m.name] = autofill(m.config, m.folder)[0]
         folders[m.name] = m.folder
-        if not any(i.severity == ERROR for i in issues):
+        if not any(i.level == ERROR for i in issues):
             valid.add(m.name)
     by_name = {m.name: m for m in models}
     known = set(known_models or ()) | broken

@@ -19,10 +19,11 @@ import re
 import tempfile
 from pathlib import Path
 
-from kubectl_triton.checks.findings import ERROR, Finding
+from kubectl_triton.checks.findings import Finding
+from kubectl_triton.checks.model.base import TRITON_LOAD
 from kubectl_triton.gitops.repo import relative
 
-CODE = "TritonLoadFailed"
+CODE = TRITON_LOAD.code
 
 _HOST_GPU = (re.compile(r"has kind KIND_GPU but (server does not support GPUs|no GPUs are available)"),
              re.compile(r"invalid or unsupported gpu id \d+\b"),
@@ -44,7 +45,7 @@ def findings_from_states(failures: dict[str, str], repo_dir: Path,
         if host_dependent(message):
             continue
         path = relative(root, repo_dir / model / "config.pbtxt")
-        out.append(Finding(severity=ERROR, code=CODE, message=message, path=path, model=model))
+        out.append(TRITON_LOAD.finding(message, path=path, model=model))
     return out
 
 
