@@ -7,8 +7,9 @@ import re
 
 import pytest
 
-from kubectl_triton.checks.findings import ERROR, WARNING, Finding, to_text
+from kubectl_triton.checks.findings import ERROR, WARNING, Finding
 from kubectl_triton.output import color as style
+from kubectl_triton.output.findings import to_text
 from tests.conftest import REPO
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")

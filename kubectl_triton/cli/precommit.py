@@ -5,8 +5,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from kubectl_triton.checks.findings import emit, has_errors
+from kubectl_triton.checks.findings import has_errors
 from kubectl_triton.errors import TritonCtlError
+from kubectl_triton.output.findings import emit
 
 
 def main(argv: list[str] | None = None) -> int:

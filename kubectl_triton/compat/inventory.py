@@ -126,17 +126,3 @@ def _selects(labels: frozenset[str] | None, product: str | None) -> bool:
         return product is not None
     return product is not None and product in labels
 
-
-def format_inventory(rows: list[GPUType], fits: list[OverlayFit]) -> str:
-    """kubectl-style tables: GPU types, then overlays."""
-    from kubectl_triton.cli.commands.compat import table
-
-    out = [table([["PRODUCT", "KEY", "NODES", "ALLOCATABLE", "REQUESTED", "FREE"],
-                  *[[r.product, r.key or "?", str(r.nodes), str(r.allocatable), str(r.requested), str(r.free)]
-                    for r in rows]]) if rows else "No GPU nodes found."]
-    if fits:
-        out.append(table([["OVERLAY", "MODEL", "GPUS/POD", "CAN RUN", "REASON"],
-                          *[[f.overlay, f.model, str(f.gpus_per_pod or 0),
-                             "yes" if f.nodes_free_now else ("later" if f.nodes_that_fit else "no"), f.reason]
-                            for f in fits]]))
-    return "\n\n".join(out)

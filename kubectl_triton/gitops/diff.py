@@ -231,7 +231,9 @@ def short(value: Any, width: int = 60) -> str:
 # -------------------------------------------------------------------------------------------------- output
 
 
-def to_json(report: Report) -> str:
+def to_dict(report: Report) -> dict:
+    """The documented -o json / -o yaml document."""
+
     def cluster(c: ClusterDiff) -> dict:
         return {"cluster": c.cluster,
                 "added": [{"object": o, "source": s} for o, s in c.added],
@@ -240,9 +242,14 @@ def to_json(report: Report) -> str:
                              "changes": [asdict(x) for x in ch.changes]} for ch in c.changed],
                 "rolls": [asdict(r) for r in c.rolls]}
 
-    return json.dumps({"base": {"ref": report.base, "commit": report.commit}, "head": "working tree",
-                       "changed": not report.empty, "errors": report.errors,
-                       "clusters": [cluster(c) for c in report.clusters if not c.empty]}, indent=2, default=str)
+    doc = {"base": {"ref": report.base, "commit": report.commit}, "head": "working tree",
+           "changed": not report.empty, "errors": report.errors,
+           "clusters": [cluster(c) for c in report.clusters if not c.empty]}
+    return json.loads(json.dumps(doc, default=str))
+
+
+def to_json(report: Report) -> str:
+    return json.dumps(to_dict(report), indent=2)
 
 
 def _title(c: ClusterDiff) -> str:
