@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+import shutil
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -16,7 +17,18 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kubectl_triton.errors import InputError, ToolMissing
+from kubectl_triton.adapters import kustomize
+from kubectl_triton.errors import InputError, RenderError, ToolMissing, TritonCtlError
+from kubectl_triton.formats import yamlio
+from kubectl_triton.gitops.model import (
+    FLUX_KUSTOMIZATION_API,
+    LAYOUT_FILE,
+    Layout,
+    Repository,
+    kustomization_file,
+    relative,
+)
+from kubectl_triton.output.color import Style
 
 UNAPPLIED = "(no cluster)"  # overlays that no Flux Kustomization applies
 WORKLOADS = ("Deployment", "StatefulSet", "DaemonSet", "Job")  # a changed Job template: Flux recreates it
@@ -259,8 +271,6 @@ def _title(c: ClusterDiff) -> str:
 
 def to_text(report: Report, style: Any = None) -> str:
     """Readable in a terminal: `+`/`-`/`~` per object, the changed fields, then the rolls."""
-    from kubectl_triton.output.color import Style
-
     st = style or Style(False)
     lines = [f"base {report.base} ({report.commit[:12]}) → working tree"]
     for err in report.errors:
@@ -327,14 +337,12 @@ def to_markdown(report: Report) -> str:
 
 def _flux_paths(root: Path, objects: list[dict]) -> list[Path]:
     """The buildable folders that the Flux Kustomizations among `objects` apply."""
-    from kubectl_triton.gitops import repo
-
     top, out = root.resolve(), []
     for obj in objects:
         api = str(obj.get("apiVersion", ""))
-        if obj.get("kind") == "Kustomization" and api.startswith(repo.FLUX_KUSTOMIZATION_API):
+        if obj.get("kind") == "Kustomization" and api.startswith(FLUX_KUSTOMIZATION_API):
             path = (root / str((obj.get("spec") or {}).get("path", "./"))).resolve()
-            if top in (path, *path.parents) and path.is_dir() and repo.kustomization_file(path):
+            if top in (path, *path.parents) and path.is_dir() and kustomization_file(path):
                 out.append(path)
     return out
 
@@ -343,23 +351,18 @@ def snapshots(roots: list[Path]) -> tuple[list[Snapshot], list[str]]:
     """Render every tree in `roots` the way Flux applies it: each cluster folder, then the paths of the Flux
     Kustomizations it renders (round by round, each round one parallel batch); then the overlays that no
     cluster applies, under UNAPPLIED. Returns the snapshots and the folders that did not render."""
-    from kubectl_triton.adapters import kustomize
-    from kubectl_triton.errors import RenderError, TritonCtlError
-    from kubectl_triton.formats import yamlio
-    from kubectl_triton.gitops import repo
-
     snaps: list[Snapshot] = [{} for _ in roots]
     errors: list[str] = []
     done: list[set[tuple[str, Path]]] = [set() for _ in roots]
     todo: list[tuple[int, str, Path]] = []
     for i, root in enumerate(roots):
-        for cluster in repo.clusters(root):
+        for cluster in Repository.at(root).clusters:
             snaps[i].setdefault(cluster.name, {})
-            if repo.kustomization_file(cluster):
-                todo.append((i, cluster.name, cluster.resolve()))
+            if kustomization_file(cluster.path):
+                todo.append((i, cluster.name, cluster.path.resolve()))
             else:  # no kustomization.yaml: Flux applies every YAML file below it
-                todo += [(i, cluster.name, (root / ks.path).resolve()) for ks in repo.flux_kustomizations(root, cluster)
-                         if (root / ks.path).is_dir() and repo.kustomization_file(root / ks.path)]
+                todo += [(i, cluster.name, (root / ks.path).resolve()) for ks in cluster.kustomizations
+                         if (root / ks.path).is_dir() and kustomization_file(root / ks.path)]
     unapplied_round = False
     while todo:
         todo = [t for t in dict.fromkeys(todo) if t[1:] not in done[t[0]]]
@@ -367,7 +370,7 @@ def snapshots(roots: list[Path]) -> tuple[list[Snapshot], list[str]]:
             done[i].add((cluster, path))
         nxt: list[tuple[int, str, Path]] = []
         for (i, cluster, path), result in zip(todo, kustomize.build_many(p for _, _, p in todo), strict=True):
-            rel = repo.relative(roots[i], path)
+            rel = relative(roots[i], path)
             side = "base" if i == 0 and len(roots) > 1 else "head"
             if isinstance(result, RenderError):
                 errors.append(f"{side}: {rel}: kustomize build failed: {result.detail}")
@@ -385,9 +388,13 @@ def snapshots(roots: list[Path]) -> tuple[list[Snapshot], list[str]]:
         todo = nxt
         if not todo and not unapplied_round:
             unapplied_round = True
-            todo = [(i, UNAPPLIED, o.resolve()) for i, root in enumerate(roots) for o in repo.overlays(root)
+            todo = [(i, UNAPPLIED, o.resolve()) for i, root in enumerate(roots) for o in _overlay_paths(root)
                     if o.resolve() not in {p for _, p in done[i]}]
     return snaps, errors
+
+
+def _overlay_paths(root: Path) -> list[Path]:
+    return [o.path for o in Repository.at(root).overlays]
 
 
 def git(cwd: Path, *args: str) -> str:
@@ -431,8 +438,6 @@ def worktree(root: Path, commit: str) -> Iterator[Path]:
     finally:
         with contextlib.suppress(InputError):
             git(top, "worktree", "remove", "--force", str(tree))
-        import shutil
-
         shutil.rmtree(tmp, ignore_errors=True)
         with contextlib.suppress(InputError):
             git(top, "worktree", "prune")
@@ -442,7 +447,8 @@ def compare(root: Path, ref: str) -> Report:
     """Render the merge base of `ref` (in a temporary worktree) and the working tree at `root`, and diff them."""
     commit = resolve_base(root, ref)
     with worktree(root, commit) as base_root:
-        if not (base_root / "overlays").is_dir() and not (base_root / "clusters").is_dir():
+        layout = Layout.load(base_root) if (base_root / LAYOUT_FILE).is_file() else Layout()
+        if not (base_root / layout.overlays).is_dir() and not (base_root / layout.clusters).is_dir():
             snaps, errors = snapshots([root])
             snaps.insert(0, {})
         else:
