@@ -103,8 +103,8 @@ def _rel(path: Path, root: Path) -> str:
 
 def _findings(model: _Model, issues: Iterable[Issue], root: Path) -> list[Finding]:
     rel = _rel(model.file, root)
-    return [Finding(severity=i.level, code=i.code, message=i.message, path=rel,
-                    line=_line(model.text, i.needle), model=model.name, object=i.object) for i in issues]
+    return [i.check.finding(i.message, severity=i.severity, path=rel, line=_line(model.text, i.needle),
+                            model=model.name, object=i.object) for i in issues]
 
 
 def check_repository(repo_dir: Path, *, display_root: Path | None = None,
