@@ -21,6 +21,7 @@ test: install
 
 lint: install
 	$(BIN)/ruff check kubectl_triton tests bench
+	$(BIN)/mypy
 
 render: install
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/kubectl-triton render --all

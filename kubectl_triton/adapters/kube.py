@@ -348,7 +348,7 @@ def _retry_delay(err: Any, attempt: int) -> float:
     """Retry-After when the server sends one (capped), else exponential backoff from 0.2 s."""
     headers = getattr(err, "headers", None) or {}
     try:
-        return min(float(headers.get("Retry-After")), 5.0)
+        return min(float(headers.get("Retry-After", "")), 5.0)
     except (TypeError, ValueError):
         return 0.2 * 2 ** (attempt - 1)
 

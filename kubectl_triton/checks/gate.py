@@ -122,7 +122,7 @@ def _targets(root: Path, findings: list[Finding]) -> list[Target]:
     for ks in repo.flux_kustomizations(root):
         rel_file = repo.relative(root, ks.file)
         where = f"Kustomization/{ks.namespace}/{ks.name}"
-        spec = ks.obj.get("spec") if isinstance(ks.obj.get("spec"), dict) else {}
+        spec = ks.spec
         depends = spec.get("dependsOn") or []
         if not isinstance(depends, list) or not all(isinstance(d, dict) for d in depends):
             findings.append(FLUX_DEPENDENCY.finding("dependsOn must be a list of {name, namespace} "

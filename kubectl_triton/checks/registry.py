@@ -12,9 +12,8 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
-from kubectl_triton.checks.findings import Finding
+from kubectl_triton.checks.findings import Finding, Severity
 
-Severity = Literal["error", "warning", "info"]
 Scope = Literal["model", "overlay", "cluster", "repository"]
 SEVERITIES: tuple[str, ...] = ("error", "warning", "info")
 SCOPES: tuple[str, ...] = ("model", "overlay", "cluster", "repository")

@@ -141,8 +141,9 @@ def _parse_current(doc: dict[str, Any], source: str) -> EngineInfo:
     head_size = _int(pre.get("head_size")) or (hidden // heads if hidden and heads else None)
     max_input = _int(build.get("max_input_len"))
     max_seq = _int(build.get("max_seq_len"))
-    if max_seq is None and max_input is not None and _int(build.get("max_output_len")) is not None:
-        max_seq = max_input + _int(build.get("max_output_len"))  # 0.8-0.10 wrote max_output_len
+    max_output = _int(build.get("max_output_len"))
+    if max_seq is None and max_input is not None and max_output is not None:
+        max_seq = max_input + max_output  # 0.8-0.10 wrote max_output_len
     auto = _obj(build, "auto_parallel_config", source, "build_config.")
     return EngineInfo(
         source=source, format="current", version=_none_if_null(doc.get("version")),
@@ -175,7 +176,7 @@ def legacy_quant(quant_mode: int, int8: bool = False) -> tuple[str | None, str |
     elif has("INT8_WEIGHTS"):
         algo = "W8A16"
     else:
-        algo = "W8A8_SQ_PER_CHANNEL" if int8 else None
+        return ("W8A8_SQ_PER_CHANNEL" if int8 else None), kv
     return algo, kv
 
 

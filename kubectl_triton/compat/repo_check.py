@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kubectl_triton.checks.findings import Finding
+from kubectl_triton.checks.findings import Finding, Severity
 from kubectl_triton.checks.registry import register
 from kubectl_triton.compat.catalog import GPU, by_gfd_label, gpus, resolve, strip_gfd_suffix
 from kubectl_triton.compat.engine import CONFIG, EngineInfo, read_engine_dir
@@ -16,7 +16,7 @@ from kubectl_triton.compat.rules import WARNING, Reason, Result, Target, evaluat
 from kubectl_triton.errors import InputError, RenderError
 
 # The compat rules' reason codes as registered checks (severity: the worst a rule reports; rules may grade lower).
-CHECKS = {code: register(code, sev, "overlay", desc, fix) for code, sev, desc, fix in (
+_DECLARED: tuple[tuple[str, Severity, str, str], ...] = (
     ("ArchMismatch", "error", "the engine was built for another compute capability than the overlay's GPU",
      "build the engine on (or for) the GPU type that serves it"),
     ("PrecisionUnsupported", "error", "the engine's precision needs a GPU feature the target lacks (FP8, FP4, BF16)",
@@ -42,7 +42,8 @@ CHECKS = {code: register(code, sev, "overlay", desc, fix) for code, sev, desc, f
      "use a known NGC tritonserver tag, or add it to the table"),
     ("EngineNotRecorded", "warning", "no engine metadata is recorded for the model, so nothing is compared",
      "kubectl triton record-engine after the engine build"),
-)}
+)
+CHECKS = {code: register(code, sev, "overlay", desc, fix) for code, sev, desc, fix in _DECLARED}
 
 
 PRODUCT_LABEL = "nvidia.com/gpu.product"
@@ -95,7 +96,7 @@ def admitted_labels(pod_spec: dict[str, Any]) -> frozenset[str] | None:
                 if expr.get("operator") == "In":
                     values = {str(v) for v in expr.get("values") or []}
                     term_set = values if term_set is None else term_set & values
-            if term_set is None:
+            if term_set is None or union is None:
                 union = None
                 break
             union |= term_set
@@ -276,7 +277,7 @@ def load_model(root: Path, directory: Path) -> ModelInfo:
 
 def load_models(root: Path) -> dict[str, ModelInfo]:
     """TensorRT-LLM models of the repo (backend tensorrtllm, or with recorded engines), by name."""
-    out = {}
+    out: dict[str, ModelInfo] = {}
     top = root / "models"
     if not top.is_dir():
         return out

@@ -7,8 +7,9 @@ import json
 import re
 from dataclasses import dataclass
 from functools import cache
-from importlib import resources
 from typing import Any
+
+from kubectl_triton.datafiles import data_file
 
 DEFAULT_KUBERNETES_VERSION = "1.32"
 
@@ -41,7 +42,7 @@ def _crd_file(api_version: str, kind: str) -> str | None:
 def _crd_validator(rel: str) -> Any:
     import jsonschema
 
-    ref = resources.files("kubectl_triton").joinpath("data", "crds", *rel.split("/"))
+    ref = data_file("crds", *rel.split("/"))
     if not ref.is_file():
         return None
     schema = json.loads(ref.read_text(encoding="utf-8"))

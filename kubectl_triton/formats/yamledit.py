@@ -162,7 +162,7 @@ def _append(seq: Any, entry: str) -> None:
     slot = seq.ca.items.get(last)
     token = slot[0] if slot else None
     value = getattr(token, "value", None)
-    if not value or "\n" not in value.rstrip("\n"):
+    if token is None or not value or "\n" not in value.rstrip("\n"):
         return
     eol, rest = value.split("\n", 1)
     from ruamel.yaml.tokens import CommentToken

@@ -14,7 +14,7 @@ from kubectl_triton.checks.findings import ERROR, WARNING, Finding
 from kubectl_triton.checks.registry import Severity, register
 from kubectl_triton.formats.schemas import object_id
 
-_DECLARED = {
+_DECLARED: dict[str, tuple[Severity, str, str]] = {
     "HPAOnCPU": ("warning", "an HPA scales a Triton Deployment on CPU or memory, which do not follow GPU load",
                  "scale on the model's queue-to-compute ratio (docs/monitoring.md)"),
     "ImageTagNotPinned": ("error", "a container image without a pinned tag or digest",

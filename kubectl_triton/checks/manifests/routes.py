@@ -28,7 +28,7 @@ from kubectl_triton.gitops.canary import (
     without_policy,
 )
 
-CHECKS = {code: register(code, sev, "cluster", desc, fix) for code, sev, desc, fix in (
+_DECLARED: tuple[tuple[str, Severity, str, str], ...] = (
     ("RouteBackendMissing", "error", "an HTTPRoute backend names a Service (or port) the cluster does not render",
      "point backendRefs at the model's stable/canary Services and their http port"),
     ("RouteVersionMismatch", "error", "a canary route's tracks serve other model versions than the route says",
@@ -38,7 +38,8 @@ CHECKS = {code: register(code, sev, "cluster", desc, fix) for code, sev, desc, f
     ("CanaryConfigDrift", "warning", "the canary's config.pbtxt differs from the stable one beyond the version",
      "keep the canary to a version change, or promote it to make the change stable"),
     ("RouteNotRegistered", "warning", "no Flux Kustomization applies the route", "register the overlay in a cluster"),
-)}
+)
+CHECKS = {code: register(code, sev, "cluster", desc, fix) for code, sev, desc, fix in _DECLARED}
 
 GATEWAY_GROUP = "gateway.networking.k8s.io/"
 
@@ -85,7 +86,7 @@ def _check_route(root: Path, target: Any, route: dict, targets: list[Any], by_pa
     for t in deployed:
         for obj in t.objects:
             if obj.get("kind") == "Service" and obj.get("apiVersion") == "v1":
-                services[(_meta(obj).get("namespace") or "default", _meta(obj).get("name"))] = (obj, t)
+                services[(str(_meta(obj).get("namespace") or "default"), str(_meta(obj).get("name")))] = (obj, t)
     tracks: dict[str, tuple[dict, Any]] = {}
     for i, rule in enumerate((route.get("spec") or {}).get("rules") or []):
         refs = [b for b in rule.get("backendRefs") or [] if isinstance(b, dict)]
@@ -98,7 +99,7 @@ def _check_route(root: Path, target: Any, route: dict, targets: list[Any], by_pa
         for b in refs:
             if b.get("kind", "Service") != "Service" or b.get("group", "") not in ("", "core"):
                 continue
-            key = (b.get("namespace") or ns, b.get("name"))
+            key = (str(b.get("namespace") or ns), str(b.get("name")))
             found = services.get(key)
             where = "an overlay this route's cluster applies" if registered else "any overlay"
             if found is None:

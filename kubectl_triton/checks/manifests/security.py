@@ -258,7 +258,7 @@ def _selects(selector: Any, labels: dict) -> bool:
     return True
 
 
-def _triton_ports(pod: dict) -> dict[str, int]:
+def _triton_ports(pod: dict) -> dict[str, Any]:
     """name -> port number of the tritonserver container's ports (defaults when it names none)."""
     server = next((c for c in _containers(pod) if c.get("name") == TRITON_CONTAINER), None)
     if server is None:
@@ -268,7 +268,7 @@ def _triton_ports(pod: dict) -> dict[str, int]:
     return ports or {**INFERENCE_PORTS, **METRICS_PORTS}
 
 
-def _rule_ports(rule: dict, ports: dict[str, int]) -> set[str]:
+def _rule_ports(rule: dict, ports: dict[str, Any]) -> set[str]:
     """The names of the pod's ports an ingress rule opens (all of them when it lists none)."""
     listed = _list(rule.get("ports"))
     if not listed:
@@ -334,6 +334,7 @@ def check_network_policies(source: str, objects: list[dict]) -> list[Finding]:
                     hit = sorted(opened & names)
                     if not hit or code in p_exempt or code in exempt:
                         continue
+                    why: str | None
                     if not peers:
                         why = "it has no 'from', so it admits every source"
                     else:

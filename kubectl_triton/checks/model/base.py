@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cache
-from importlib import resources
 from typing import Any
 
 from kubectl_triton.checks.registry import Check, Severity, register
+from kubectl_triton.datafiles import data_text
 from kubectl_triton.formats.pbtxt import schema
 
 WILDCARD = -1
@@ -111,8 +111,7 @@ def table() -> dict[str, Any]:
     """kubectl_triton/data/model_config.yaml."""
     import yaml
 
-    text = resources.files("kubectl_triton").joinpath("data", "model_config.yaml").read_text(encoding="utf-8")
-    return yaml.safe_load(text)
+    return yaml.safe_load(data_text("model_config.yaml"))
 
 
 def pb_schema() -> Any:

@@ -498,9 +498,9 @@ def check_model(config: Any, folder: ModelFolder, *, ensembles: tuple[str, ...] 
     filled, issues = autofill(config, folder)
     for rule in (check_name_and_platform, check_versions):
         issues.extend(rule(filled, folder))
-    for rule in (check_batching, check_sequence_batching, check_scheduling_kind, check_io,
-                 check_instance_groups):
-        issues.extend(rule(filled))
+    for single in (check_batching, check_sequence_batching, check_scheduling_kind, check_io,
+                   check_instance_groups):
+        issues.extend(single(filled))
     if filled.HasField("ensemble_scheduling") and is_ensemble(filled):
         issues.extend(check_ensemble_scheduling(filled))
     if filled.backend == "tensorrtllm":
