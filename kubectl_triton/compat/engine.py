@@ -4,7 +4,7 @@ the build-info.json the engine-build Job writes. Pure parsers plus one thin dire
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -242,8 +242,6 @@ def rank_files(directory: Path) -> dict[int, Path]:
 
 def read_engine_dir(directory: Path) -> EngineInfo:
     """Read an engine directory (or a metadata-only copy of one) into an EngineInfo."""
-    from dataclasses import replace
-
     if not directory.is_dir():
         raise InputError(f"{directory}: not a directory")
     config = directory / CONFIG

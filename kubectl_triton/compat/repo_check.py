@@ -8,12 +8,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kubectl_triton.adapters import kustomize
 from kubectl_triton.checks.findings import Finding, Severity
 from kubectl_triton.checks.registry import register
 from kubectl_triton.compat.catalog import GPU, by_gfd_label, gpus, resolve, strip_gfd_suffix
 from kubectl_triton.compat.engine import CONFIG, EngineInfo, read_engine_dir
 from kubectl_triton.compat.rules import WARNING, Reason, Result, Target, evaluate, make_result, target_reasons
 from kubectl_triton.errors import InputError, RenderError
+from kubectl_triton.formats import pbtxt
+from kubectl_triton.formats.yamlio import load_all, loads_all
+from kubectl_triton.gitops import repo
 
 # The compat rules' reason codes as registered checks (severity: the worst a rule reports; rules may grade lower).
 _DECLARED: tuple[tuple[str, Severity, str, str], ...] = (
@@ -244,9 +248,6 @@ def check_metadata(meta: Any, path: Path) -> None:
 
 def load_model(root: Path, directory: Path) -> ModelInfo:
     """Read models/<name>/: model.yaml, engines/<gpu>/ metadata, the tensorrt_llm config.pbtxt."""
-    from kubectl_triton.formats import pbtxt
-    from kubectl_triton.formats.yamlio import load_all
-
     meta: dict[str, Any] = {}
     if (directory / "model.yaml").is_file():
         docs = load_all(directory / "model.yaml")
@@ -291,10 +292,6 @@ def load_models(root: Path) -> dict[str, ModelInfo]:
 def render_placements(root: Path, rendered: Iterable[Any] | None = None
                       ) -> tuple[list[Placement], list[RenderError]]:
     """Placements from every overlay (rendered now with kustomize unless `rendered` is given)."""
-    from kubectl_triton.adapters import kustomize
-    from kubectl_triton.formats.yamlio import loads_all
-    from kubectl_triton.gitops import repo
-
     results = list(rendered) if rendered is not None else kustomize.build_many(repo.overlays(root))
     found, failures = [], []
     for r in results:

@@ -17,6 +17,7 @@ from typing import Any
 from kubectl_triton.checks.findings import ERROR, WARNING, Finding
 from kubectl_triton.checks.registry import Severity, register
 from kubectl_triton.errors import TritonCtlError
+from kubectl_triton.formats import pbtxt
 from kubectl_triton.formats.schemas import object_id
 from kubectl_triton.gitops import assembly, repo
 from kubectl_triton.gitops.canary import (
@@ -117,8 +118,6 @@ def _check_route(root: Path, target: Any, route: dict, targets: list[Any], by_pa
 
 def _config_of(service: dict, target: Any, triton_model: str) -> Any:
     """The Triton model's config in the model-config ConfigMap of the overlay that renders `service`."""
-    from kubectl_triton.formats import pbtxt
-
     cm = assembly.model_config_map(target.objects)
     text = ((cm or {}).get("data") or {}).get(f"{triton_model}__config.pbtxt")
     if text is None:

@@ -20,7 +20,9 @@ from typing import Any
 
 from kubectl_triton.checks.findings import ERROR, WARNING, Finding
 from kubectl_triton.checks.registry import Severity, register
+from kubectl_triton.errors import TritonCtlError
 from kubectl_triton.formats.schemas import object_id
+from kubectl_triton.formats.yamlio import load_all
 
 EXEMPT_ANNOTATION = "triton.kubectl.io/security-exempt"
 MIN_REASON_CHARS = 10
@@ -412,9 +414,6 @@ def check_credentials(source: str, obj: dict) -> list[Finding]:
 
 def check_model_metadata(root: Path) -> list[Finding]:
     """Literal credentials in models/*/model.yaml (a Secret's name is fine; its values are not)."""
-    from kubectl_triton.errors import TritonCtlError
-    from kubectl_triton.formats.yamlio import load_all
-
     out: list[Finding] = []
     for path in sorted((root / "models").glob("*/model.yaml")) if (root / "models").is_dir() else []:
         rel = path.relative_to(root).as_posix()
