@@ -1,11 +1,14 @@
-"""config.pbtxt through Triton's own protobuf schema (tritonclient's model_config_pb2)."""
+"""config.pbtxt through Triton's own protobuf schema (tritonclient's model_config_pb2), and the one span editor
+that changes some top-level fields of a config.pbtxt text while keeping every other byte (comments included)."""
 
 from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import sys
 import tempfile
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from types import ModuleType
@@ -92,3 +95,95 @@ def write_atomic(path: Path, text: str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+# ---- the span editor: change some top-level fields of a config.pbtxt, keep every other byte -----------------
+
+_TOKEN = re.compile(r"""\s+|\#[^\n]*|"(?:[^"\\\n]|\\.)*"|'(?:[^'\\\n]|\\.)*'|[A-Za-z_][\w.]*|[-+]?[\w.+-]+|.""")
+_OPEN, _CLOSE = "{[<", "}]>"
+
+
+@dataclass(frozen=True)
+class FieldSpan:
+    """Where one top-level field of a pbtxt text is: `start` at its name, `end` past its value, `stop` past
+    a `,` or `;` that follows it."""
+
+    name: str
+    start: int
+    end: int
+    stop: int
+
+
+def top_level_fields(text: str) -> list[FieldSpan]:
+    """Every top-level field of a pbtxt text, in order (comments and strings are skipped as tokens)."""
+    sig = [(m.start(), m.end(), m.group()) for m in _TOKEN.finditer(text)
+           if not m.group().isspace() and not m.group().startswith("#")]
+    out: list[FieldSpan] = []
+    i = 0
+    while i < len(sig):
+        start, _, name = sig[i]
+        if not re.fullmatch(r"[A-Za-z_][\w.]*", name):
+            i += 1  # not a field name: stray token, skip it
+            continue
+        j = i + 1
+        if j < len(sig) and sig[j][2] == ":":
+            j += 1
+        if j >= len(sig):
+            break
+        if sig[j][2] in _OPEN:
+            depth, k = 0, j
+            while k < len(sig):
+                tok = sig[k][2]
+                depth += tok in _OPEN and len(tok) == 1
+                depth -= tok in _CLOSE and len(tok) == 1
+                if depth == 0:
+                    break
+                k += 1
+            k = min(k, len(sig) - 1)
+        else:
+            k = j
+            while k + 1 < len(sig) and sig[k][2][:1] in "\"'" and sig[k + 1][2][:1] in "\"'":
+                k += 1  # adjacent string literals concatenate
+        end = sig[k][1]
+        stop = sig[k + 1][1] if k + 1 < len(sig) and sig[k + 1][2] in (",", ";") else end
+        out.append(FieldSpan(name, start, end, stop))
+        i = k + 1 + (stop != end)
+    return out
+
+
+def whole_lines(text: str, start: int, stop: int) -> tuple[int, int]:
+    """(start, stop) widened to whole lines where nothing else stands on them."""
+    line_start = text.rfind("\n", 0, start) + 1
+    if text[line_start:start].strip() == "":
+        start = line_start
+    nl = text.find("\n", stop)
+    if text[stop:nl if nl >= 0 else len(text)].strip() == "":
+        stop = nl + 1 if nl >= 0 else len(text)
+    return start, stop
+
+
+HEADER_FIELDS = ("name", "platform", "backend", "max_batch_size")
+
+
+def splice(text: str, names: tuple[str, ...], block: str, *, lines: bool = False,
+           after: tuple[str, ...] = ()) -> str:
+    """`text` with its top-level fields named in `names` replaced by `block` (at the first one's place; the
+    others removed). `lines` replaces the lines those fields stand on (then `block` ends with a newline).
+    Without such a field, `block` goes on a line after the last top-level field named in `after`, else at the end.
+    Callers check the result by parsing it: this edits text, it does not know the schema."""
+    spans = [f for f in top_level_fields(text) if f.name in names]
+    if spans:
+        pieces, last = [], 0
+        for index, f in enumerate(spans):
+            s, e = whole_lines(text, f.start, f.stop) if lines else (f.start, f.end)
+            pieces.append(text[last:s])
+            if index == 0:
+                pieces.append(block)
+            last = e
+        return "".join(pieces) + text[last:]
+    line = block if block.endswith("\n") else block + "\n"
+    heads = [f.end for f in top_level_fields(text) if f.name in after]
+    at = text.find("\n", max(heads)) if heads else -1
+    if at < 0:
+        return text + ("" if text.endswith("\n") or not text else "\n") + line
+    return text[:at + 1] + line + text[at + 1:]

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from kubectl_triton.errors import InputError
+from kubectl_triton.formats import yamldump as Y
 from kubectl_triton.gitops.scaffold import Plan
 
 GROUP = "triton.kubectl.io"
@@ -49,36 +50,6 @@ def flux_name(model: str, overlay: str) -> str:
 
 # ---- config.pbtxt: the version policy, edited in the text --------------------------------------------
 
-_TOKEN = re.compile(r'#[^\n]*|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'|[-+]?[0-9][\w.+-]*|[-+]?[A-Za-z_]\w*|\S')
-
-
-def _top_level_fields(text: str) -> list[tuple[str, int, int]]:
-    """(field name, start, end) of every top-level field of a pbtxt text; `end` is past its value."""
-    out: list[tuple[str, int, int]] = []
-    state, depth, name, start = "field", 0, "", 0
-    for tok in _TOKEN.finditer(text):
-        value = tok.group()
-        if value.startswith("#"):
-            continue
-        if state == "field":
-            if re.fullmatch(r"[A-Za-z_]\w*", value):
-                state, name, start = "name", value, tok.start()
-        elif state == "name" and value == ":":
-            state = "value"
-        elif state in ("name", "value") and value in "{<[":
-            state, depth = "nested", 1
-        elif state == "value":
-            out.append((name, start, tok.end()))
-            state = "field"
-        elif state == "nested":
-            depth += value in "{<["
-            depth -= value in "}>]"
-            if depth == 0:
-                out.append((name, start, tok.end()))
-                state = "field"
-    return out
-
-
 def policy_text(version: int) -> str:
     return f"version_policy: {{ specific: {{ versions: [ {version} ] }} }}"
 
@@ -90,18 +61,7 @@ def set_version_policy(text: str, version: int, source: str = "config.pbtxt") ->
     from kubectl_triton.formats import pbtxt
 
     before = pbtxt.parse(text, source)
-    fields = _top_level_fields(text)
-    found = [(s, e) for name, s, e in fields if name == "version_policy"]
-    if found:
-        start, end = found[0]
-        new = text[:start] + policy_text(version) + text[end:]
-    else:
-        heads = [e for name, _, e in fields if name in ("name", "platform", "backend", "max_batch_size")]
-        at = text.find("\n", max(heads)) if heads else -1
-        if at < 0:
-            new = text + ("" if text.endswith("\n") or not text else "\n") + policy_text(version) + "\n"
-        else:
-            new = text[:at + 1] + policy_text(version) + "\n" + text[at + 1:]
+    new = pbtxt.splice(text, ("version_policy",), policy_text(version), after=pbtxt.HEADER_FIELDS)
     after = pbtxt.parse(new, source)
     expected = type(before)()
     expected.CopyFrom(before)
@@ -326,24 +286,25 @@ def version_entries(tm: TritonModel, version: int) -> list[str]:
 def canary_kustomization(facts: Facts, gpu: str, tm: TritonModel, version: int, stable: int) -> str:
     """overlays/MODEL/GPU-canary/kustomization.yaml: the stable overlay, renamed, relabelled, pinned to N."""
     m = facts.model
-    files = [f"{tm.name}__config.pbtxt={tm.name}.config.pbtxt"]
-    files += version_entries(tm, version)
-    lines = [
-        f"# Canary of {m}: Triton model {tm.name} version {version} beside overlays/{m}/{gpu} (version {stable}).",
-        f"# {tm.name}.config.pbtxt is {tm.config_rel} pinned to version {version}.",
-        f"# Traffic split: overlays/{m}/{ROUTE_DIR}/httproute.yaml. Written by `kubectl triton canary`;",
-        f"# `kubectl triton promote {m}` or `kubectl triton abort {m}` removes this folder.",
-        "apiVersion: kustomize.config.k8s.io/v1beta1", "kind: Kustomization",
-        "nameSuffix: -canary", "labels:", "  - pairs:",
-        f"      {INSTANCE_LABEL}: {m}-canary",
-        "    includeSelectors: true", "    fields:", "      - path: spec/selector/matchLabels",
-        "        kind: ServiceMonitor", "        create: true", "  - pairs:",
-        f"      {LABEL_MODEL}: {m}", f"      {LABEL_TRACK}: {CANARY}", f'      {LABEL_VERSION}: "{version}"',
-        "    includeTemplates: true", "commonAnnotations:", f"  {ANN_TRITON_MODEL}: {tm.name}",
-        f'  {ANN_STABLE_VERSION}: "{stable}"', "resources:", f"  - ../{gpu}", "configMapGenerator:",
-        "  - name: model-config", "    namespace: triton", "    behavior: merge", "    files:",
-        *[f"      - {f}" for f in files]]
-    return "\n".join(lines) + "\n"
+    files = [f"{tm.name}__config.pbtxt={tm.name}.config.pbtxt", *version_entries(tm, version)]
+    header = "\n".join([
+        f"Canary of {m}: Triton model {tm.name} version {version} beside overlays/{m}/{gpu} (version {stable}).",
+        f"{tm.name}.config.pbtxt is {tm.config_rel} pinned to version {version}.",
+        f"Traffic split: overlays/{m}/{ROUTE_DIR}/httproute.yaml. Written by `kubectl triton canary`;",
+        f"`kubectl triton promote {m}` or `kubectl triton abort {m}` removes this folder."])
+    instance = Y.mapping(pairs=Y.mapping([(INSTANCE_LABEL, f"{m}-canary")]), includeSelectors=True,
+                         fields=Y.seq([Y.mapping(path="spec/selector/matchLabels", kind="ServiceMonitor",
+                                                 create=True)]))
+    track = Y.mapping(pairs=Y.mapping([(LABEL_MODEL, m), (LABEL_TRACK, CANARY), (LABEL_VERSION, str(version))]),
+                      includeTemplates=True)
+    doc = Y.mapping(
+        apiVersion="kustomize.config.k8s.io/v1beta1", kind="Kustomization", nameSuffix=SUFFIX,
+        labels=Y.seq([instance, track]),
+        commonAnnotations=Y.mapping([(ANN_TRITON_MODEL, tm.name), (ANN_STABLE_VERSION, str(stable))]),
+        resources=Y.seq([f"../{gpu}"]),
+        configMapGenerator=Y.seq([Y.mapping(name="model-config", namespace="triton", behavior="merge",
+                                            files=Y.seq(files))]))
+    return Y.dumps(doc, header)
 
 
 def _gateway(gateway: str) -> tuple[str | None, str]:
@@ -361,30 +322,24 @@ def split_line(model: str, weight: int | None) -> list[dict]:
     return refs
 
 
-def _flow(refs: list[dict]) -> str:
-    return "[" + ", ".join("{" + ", ".join(f"{k}: {v}" for k, v in r.items()) + "}" for r in refs) + "]"
-
-
 def route_files(facts: Facts, tm: TritonModel, gateway: str, stable: int, version: int, weight: int) -> dict:
     """overlays/MODEL/route/{kustomization,httproute}.yaml for a new route."""
     m = facts.model
     ns, name = _gateway(gateway)
-    paths = sorted(facts.triton_models)
-    parent = [f"    - name: {name}"] + ([f"      namespace: {ns}"] if ns else [])
-    route = [
-        f"# {m} behind the Gateway: requests for its Triton models go to the stable and canary Services by "
-        "weight.",
-        f"# `kubectl triton canary {m} --weight P` edits the backendRefs line (weights sum to 100).",
-        "apiVersion: gateway.networking.k8s.io/v1", "kind: HTTPRoute", "metadata:", f"  name: {m}",
-        "  labels:", f"    {INSTANCE_LABEL}: {m}", "  annotations:", f"    {ANN_TRITON_MODEL}: {tm.name}",
-        f'    {ANN_STABLE_VERSION}: "{stable}"', f'    {ANN_CANARY_VERSION}: "{version}"', "spec:",
-        "  parentRefs:", *parent, "  rules:", "    - matches:",
-        *[f"        - path: {{type: PathPrefix, value: /v2/models/{p}}}" for p in paths],
-        f"      backendRefs: {_flow(split_line(m, weight))}"]
-    kust = ["apiVersion: kustomize.config.k8s.io/v1beta1", "kind: Kustomization", "namespace: triton",
-            "resources:", "  - httproute.yaml"]
+    header = (f"{m} behind the Gateway: requests for its Triton models go to the stable and canary Services by "
+              f"weight.\n`kubectl triton canary {m} --weight P` edits the backendRefs line (weights sum to 100).")
+    matches = Y.seq(Y.mapping(path=Y.flow({"type": "PathPrefix", "value": f"/v2/models/{p}"}))
+                    for p in sorted(facts.triton_models))
+    route = Y.mapping(
+        apiVersion="gateway.networking.k8s.io/v1", kind="HTTPRoute",
+        metadata=Y.mapping(name=m, labels=Y.mapping([(INSTANCE_LABEL, m)]), annotations=Y.mapping(
+            [(ANN_TRITON_MODEL, tm.name), (ANN_STABLE_VERSION, str(stable)), (ANN_CANARY_VERSION, str(version))])),
+        spec=Y.mapping(parentRefs=Y.seq([Y.mapping(name=name, namespace=ns)]),
+                       rules=Y.seq([Y.mapping(matches=matches, backendRefs=_flow_refs(split_line(m, weight)))])))
+    kust = Y.mapping(apiVersion="kustomize.config.k8s.io/v1beta1", kind="Kustomization", namespace="triton",
+                     resources=Y.seq(["httproute.yaml"]))
     base = f"overlays/{m}/{ROUTE_DIR}"
-    return {f"{base}/kustomization.yaml": "\n".join(kust) + "\n", f"{base}/httproute.yaml": "\n".join(route) + "\n"}
+    return {f"{base}/kustomization.yaml": Y.dumps(kust), f"{base}/httproute.yaml": Y.dumps(route, header)}
 
 
 # ---- round-trip edits -----------------------------------------------------------------------------------
@@ -402,15 +357,7 @@ def _dump(yaml: Any, doc: Any) -> str:
 
 
 def _flow_refs(refs: list[dict]) -> Any:
-    from ruamel.yaml.comments import CommentedMap, CommentedSeq
-
-    seq = CommentedSeq()
-    for ref in refs:
-        item = CommentedMap(ref)
-        item.fa.set_flow_style()
-        seq.append(item)
-    seq.fa.set_flow_style()
-    return seq
+    return Y.flow([Y.flow(ref) for ref in refs])
 
 
 def _split_rules(doc: Any, model: str, source: str) -> list[Any]:

@@ -1,9 +1,10 @@
 """`add-model` core: options in, {repository-relative path: file content} out.
 
 The pure part (`validate_name`, `parse_tensor`, `parse_step`, `render`, `plan`) builds every file in memory:
-config.pbtxt through Triton's protobuf schema, models/NAME/model.yaml, the model Component, one overlay per
-GPU (plus the engine-build overlay for TensorRT-LLM), one Flux Kustomization per overlay and the cluster's
-models/kustomization.yaml with the new entries appended (ruamel.yaml round trip, `yamledit`). The I/O part
+config.pbtxt through Triton's protobuf schema; models/NAME/model.yaml, the model Component, one overlay per
+GPU (plus the engine-build overlay for TensorRT-LLM) and one Flux Kustomization per overlay as data dumped by
+ruamel.yaml (`formats.yamldump`); the cluster's models/kustomization.yaml with the new entries appended (ruamel.yaml
+round trip, `yamledit`). The I/O part
 (`read_facts`, `write_plan`) reads what the options refer to and writes a plan all or nothing.
 """
 
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from kubectl_triton.errors import InputError
+from kubectl_triton.formats import yamldump as Y
 
 BACKENDS = ("tensorrtllm", "onnxruntime", "pytorch", "tensorflow", "python", "ensemble")
 DATA_TYPES = ("BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64",
@@ -40,7 +42,6 @@ _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 _TENSOR_NAME = re.compile(r"[A-Za-z0-9_.\-]+")
 _IMAGE_TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,100}")
 _PLAIN = re.compile(r"[A-Za-z0-9/._][A-Za-z0-9/._:@+\-]*")
-_YAML_WORDS = {"true", "false", "yes", "no", "on", "off", "null", "y", "n", "~"}
 
 TRITON_MODELS_ANNOTATION = "triton.kubectl.io/triton-models"
 
@@ -642,21 +643,7 @@ def ensemble_config(opts: Options, members: dict[str, Member]) -> Any:
     return config
 
 
-# ---- YAML files (text templates in the seed models' exact shape) ------------------------------------
-
-def _q(value: object) -> str:
-    """A YAML scalar: plain when unambiguous, else double-quoted (JSON strings are YAML)."""
-    import json
-
-    text = str(value)
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return text
-    if _PLAIN.fullmatch(text) and text.lower() not in _YAML_WORDS and not re.fullmatch(r"[-+.\d][\d._eE+-]*", text):
-        return text
-    return json.dumps(text)
-
+# ---- YAML files: data dumped by ruamel.yaml (formats/yamldump), in the seed models' shape -------------
 
 def image(opts: Options) -> str:
     flavour = "trtllm-python-py3" if opts.backend == "tensorrtllm" else "py3"
@@ -669,114 +656,130 @@ def artifacts_dir(opts: Options) -> str:
 
 
 def model_yaml(opts: Options) -> str:
+    """models/NAME/model.yaml: what the overlays, the engine-build Job and `validate` read."""
     art = parse_artifact(opts.artifact, opts.name)
-    lines = ["# kubectl-triton model metadata: what the overlays, the engine-build Job and `kubectl triton "
-             "validate` read." if opts.backend == "tensorrtllm" else "# kubectl-triton model metadata.",
-             f"name: {opts.name}", f"backend: {opts.backend}", f"gpus: [{', '.join(opts.gpus)}]",
-             f"image: {_q(image(opts))}", "artifacts:"]
     if art["source"] == "pvc":
-        lines += ["  source: pvc", f"  claim: {ARTIFACTS_CLAIM}", f"  path: {_q(art['path'])}"]
+        artifacts = Y.mapping(source="pvc", claim=ARTIFACTS_CLAIM, path=art["path"])
     else:
-        lines += ["  source: s3", f"  uri: {_q(art['uri'])}", f"  secret: {S3_SECRET}"]
-    if opts.version != 1:
-        lines.append(f"version: {opts.version}")
+        artifacts = Y.mapping(source="s3", uri=art["uri"], secret=S3_SECRET)
+    doc = Y.mapping(name=opts.name, backend=opts.backend, gpus=Y.flow(list(opts.gpus)), image=image(opts),
+                    artifacts=artifacts, version=opts.version if opts.version != 1 else None)
+    header = "kubectl-triton model metadata."
     if opts.backend == "tensorrtllm":
+        header = "kubectl-triton model metadata: what the overlays, the engine-build Job and `kubectl triton " \
+                 "validate` read."
         llm, paths = opts.llm, llm_paths(opts)
         mbs = opts.max_batch_size if opts.max_batch_size is not None else 64
-        lines += ["engine:", f"  model_family: {llm.model_family}", f"  checkpoint: {_q(paths['checkpoint'])}",
-                  f"  tokenizer_dir: {_q(paths['tokenizer_dir'])}", f"  engine_dir: {_q(paths['engine_dir'])}",
-                  f"  tp: {llm.tp}", f"  pp: {llm.pp}", f"  dtype: {llm.dtype}",
-                  f"  quantization: {llm.quantization}", f"  max_batch_size: {mbs}",
-                  f"  max_input_len: {llm.max_input_len}", f"  max_seq_len: {llm.max_seq_len}",
-                  f"  max_num_tokens: {llm.max_num_tokens}"]
-    return "\n".join(lines) + "\n"
+        doc["engine"] = Y.mapping(
+            model_family=llm.model_family, checkpoint=paths["checkpoint"], tokenizer_dir=paths["tokenizer_dir"],
+            engine_dir=paths["engine_dir"], tp=llm.tp, pp=llm.pp, dtype=llm.dtype, quantization=llm.quantization,
+            max_batch_size=mbs, max_input_len=llm.max_input_len, max_seq_len=llm.max_seq_len,
+            max_num_tokens=llm.max_num_tokens)
+    return Y.dumps(doc, header)
 
 
 def deployment_patch(opts: Options, triton_models: list[str]) -> str:
+    """overlays/NAME/model/deployment.yaml: the strategic-merge patch of the base Deployment."""
     llm = opts.backend == "tensorrtllm"
     shm = "16Gi" if llm else "2Gi" if opts.backend in ("python", "ensemble") else "1Gi"
-    head = ["apiVersion: apps/v1", "kind: Deployment", "metadata:", "  name: any", "  annotations:",
-            "    # The Triton models this Deployment serves: what `kubectl triton status` probes.",
-            f"    {TRITON_MODELS_ANNOTATION}: {','.join(sorted(triton_models))}", "spec:"]
+    img = image(opts)
+    annotations = Y.mapping([(TRITON_MODELS_ANNOTATION, ",".join(sorted(triton_models)))])
+    Y.comment(annotations, TRITON_MODELS_ANNOTATION,
+              "The Triton models this Deployment serves: what `kubectl triton status` probes.", 4)
+    spec = Y.mapping(progressDeadlineSeconds=1500 if llm else None)
     if llm:
-        head += ["  # Engine loading takes longer than the base's 10 minutes; stays below the Flux timeout (30m).",
-                 "  progressDeadlineSeconds: 1500"]
-    img = _q(image(opts))
-    body = ["  template:", "    spec:", "      initContainers:", "        - name: assemble-model-repository",
-            f"          image: {img}", "          env:", "            - name: ARTIFACTS_DIR",
-            f"              value: {_q(artifacts_dir(opts))}", "      containers:", "        - name: tritonserver",
-            f"          image: {img}", "          startupProbe:",
-            f"            # {15 if llm else 5} minutes to load the model(s) before liveness checks begin.",
-            f"            failureThreshold: {90 if llm else 30}", "          resources:", "            requests:",
-            f"              memory: {'32Gi' if llm else '4Gi'}", "            limits:",
-            f"              memory: {'64Gi' if llm else '8Gi'}", "      volumes:", "        - name: dshm",
-            "          emptyDir:", "            medium: Memory", f"            sizeLimit: {shm}"]
-    return "\n".join(head + body) + "\n"
+        Y.comment(spec, "progressDeadlineSeconds",
+                  "Engine loading takes longer than the base's 10 minutes; stays below the Flux timeout (30m).", 2)
+    probe = Y.mapping(failureThreshold=90 if llm else 30)
+    Y.comment(probe, "failureThreshold",
+              f"{15 if llm else 5} minutes to load the model(s) before liveness checks begin.", 12)
+    init = Y.mapping(name="assemble-model-repository", image=img,
+                     env=Y.seq([Y.mapping(name="ARTIFACTS_DIR", value=artifacts_dir(opts))]))
+    server = Y.mapping(name="tritonserver", image=img, startupProbe=probe, resources=Y.mapping(
+        requests=Y.mapping(memory="32Gi" if llm else "4Gi"), limits=Y.mapping(memory="64Gi" if llm else "8Gi")))
+    dshm = Y.mapping(name="dshm", emptyDir=Y.mapping(medium="Memory", sizeLimit=shm))
+    spec["template"] = Y.mapping(spec=Y.mapping(initContainers=Y.seq([init]), containers=Y.seq([server]),
+                                                volumes=Y.seq([dshm])))
+    doc = Y.mapping(apiVersion="apps/v1", kind="Deployment", metadata=Y.mapping(name="any", annotations=annotations),
+                    spec=spec)
+    return Y.dumps(doc)
 
 
 def component_kustomization(opts: Options, model_files: list[str]) -> str:
+    """overlays/NAME/model/kustomization.yaml: the model Component (model-config ConfigMap, Deployment patch)."""
     name = opts.name
-    lines = [f"# {name}: its Triton model repository (config.pbtxt and python model files from models/{name}/) "
-             "and the",
-             '# settings every GPU overlay of it shares. ConfigMap keys are repository paths with "/" written as "__".',
-             "apiVersion: kustomize.config.k8s.io/v1alpha1", "kind: Component", "configMapGenerator:",
-             "  - name: model-config", "    files:"]
-    lines += [f"      - {rel.replace('/', '__')}=../../../models/{name}/{rel}" for rel in model_files]
+    header = (f"{name}: its Triton model repository (config.pbtxt and python model files from models/{name}/) "
+              "and the\nsettings every GPU overlay of it shares. ConfigMap keys are repository paths with \"/\" "
+              "written as \"__\".")
+    generators = Y.seq([Y.mapping(name="model-config", files=Y.seq(
+        f"{rel.replace('/', '__')}=../../../models/{name}/{rel}" for rel in model_files))])
     art = parse_artifact(opts.artifact, name)
     if art["source"] == "s3":
-        lines += ["  - name: artifact-source", "    literals:", f"      - ARTIFACTS_URI={art['uri']}",
-                  f"      - ARTIFACTS_DIR={artifacts_dir(opts)}"]
-    lines += ["patches:", "  - path: deployment.yaml", "    target:", "      kind: Deployment"]
-    return "\n".join(lines) + "\n"
+        generators.append(Y.mapping(name="artifact-source", literals=Y.seq(
+            [f"ARTIFACTS_URI={art['uri']}", f"ARTIFACTS_DIR={artifacts_dir(opts)}"])))
+    doc = Y.mapping(apiVersion="kustomize.config.k8s.io/v1alpha1", kind="Component", configMapGenerator=generators,
+                    patches=Y.seq([Y.mapping(path="deployment.yaml", target=Y.mapping(kind="Deployment"))]))
+    return Y.dumps(doc, header)
+
+
+def _instance_labels(name: str) -> Any:
+    """The labels transformer every serving overlay uses (selectors included, ServiceMonitor's created)."""
+    pairs = Y.mapping([("app.kubernetes.io/name", "triton-inference-server"), ("app.kubernetes.io/instance", name)])
+    field_spec = Y.mapping(path="spec/selector/matchLabels", kind="ServiceMonitor", create=True)
+    return Y.seq([Y.mapping(pairs=pairs, includeSelectors=True, fields=Y.seq([field_spec]))])
 
 
 def serving_kustomization(opts: Options, gpu: str) -> str:
-    lines = ["apiVersion: kustomize.config.k8s.io/v1beta1", "kind: Kustomization", "namespace: triton",
-             f"namePrefix: {opts.name}-", "labels:", "  - pairs:",
-             "      app.kubernetes.io/name: triton-inference-server", f"      app.kubernetes.io/instance: {opts.name}",
-             "    includeSelectors: true", "    fields:", "      - path: spec/selector/matchLabels",
-             "        kind: ServiceMonitor", "        create: true", "resources:", "  - ../../../base/triton",
-             "components:", "  - ../model", f"  - ../../gpus/{gpu}"]
+    """overlays/NAME/GPU/kustomization.yaml: base + model Component + GPU Component (+ S3, + tp x pp GPUs)."""
+    components = Y.seq(["../model", f"../../gpus/{gpu}"])
     if parse_artifact(opts.artifact, opts.name)["source"] == "s3":
-        lines.append("  - ../../artifacts/s3")
+        components.append("../../artifacts/s3")
+    doc = Y.mapping(apiVersion="kustomize.config.k8s.io/v1beta1", kind="Kustomization", namespace="triton",
+                    namePrefix=f"{opts.name}-", labels=_instance_labels(opts.name),
+                    resources=Y.seq(["../../../base/triton"]), components=components)
     world = opts.llm.tp * opts.llm.pp if opts.backend == "tensorrtllm" else 1
     if world > 1:
-        lines += ["patches:", f"  # tp x pp = {world} GPUs per pod (the GPU Component asks for 1).",
-                  "  - target:", "      kind: Deployment", "    patch: |-", "      - op: replace",
-                  "        path: /spec/template/spec/containers/0/resources/limits/nvidia.com~1gpu",
-                  f"        value: {world}"]
-    return "\n".join(lines) + "\n"
+        op = Y.seq([Y.mapping(op="replace", path="/spec/template/spec/containers/0/resources/limits/nvidia.com~1gpu",
+                              value=world)])
+        patches = Y.seq([Y.mapping(target=Y.mapping(kind="Deployment"), patch=Y.literal(Y.dumps(op)))])
+        Y.comment(patches, 0, f"tp x pp = {world} GPUs per pod (the GPU Component asks for 1).", 2)
+        doc["patches"] = patches
+    return Y.dumps(doc)
 
 
 def engine_build_kustomization(opts: Options, gpu: str) -> str:
+    """overlays/NAME/GPU-engine-build/kustomization.yaml: the engine-build Job for this model and GPU."""
     name = opts.name
-    lines = ["apiVersion: kustomize.config.k8s.io/v1beta1", "kind: Kustomization", "namespace: triton",
-             f"namePrefix: {name}-{gpu}-", "labels:", "  - pairs:", f"      app.kubernetes.io/instance: {name}",
-             "resources:", "  - ../../../base/engine-build", "components:", f"  - ../../gpus/{gpu}",
-             "configMapGenerator:", "  - name: engine-build-model", "    files:",
-             f"      - model.yaml=../../../models/{name}/model.yaml"]
+    doc = Y.mapping(apiVersion="kustomize.config.k8s.io/v1beta1", kind="Kustomization", namespace="triton",
+                    namePrefix=f"{name}-{gpu}-",
+                    labels=Y.seq([Y.mapping(pairs=Y.mapping([("app.kubernetes.io/instance", name)]))]),
+                    resources=Y.seq(["../../../base/engine-build"]), components=Y.seq([f"../../gpus/{gpu}"]),
+                    configMapGenerator=Y.seq([Y.mapping(name="engine-build-model", files=Y.seq(
+                        [f"model.yaml=../../../models/{name}/model.yaml"]))]))
     img = image(opts)
     if img != BASE_ENGINE_BUILD_IMAGE:
-        lines += ["patches:", "  # The same image as serving: TensorRT-LLM versions must match at load time.",
-                  "  - target:", "      kind: Job", "    patch: |-", "      apiVersion: batch/v1", "      kind: Job",
-                  "      metadata:", "        name: any", "      spec:", "        template:", "          spec:",
-                  "            containers:", "              - name: engine-build", f"                image: {_q(img)}",
-                  "                env:", "                  - name: TRITON_IMAGE",
-                  f"                    value: {_q(img)}"]
-    return "\n".join(lines) + "\n"
+        container = Y.mapping(name="engine-build", image=img,
+                              env=Y.seq([Y.mapping(name="TRITON_IMAGE", value=img)]))
+        job = Y.mapping(apiVersion="batch/v1", kind="Job", metadata=Y.mapping(name="any"), spec=Y.mapping(
+            template=Y.mapping(spec=Y.mapping(containers=Y.seq([container])))))
+        patches = Y.seq([Y.mapping(target=Y.mapping(kind="Job"), patch=Y.literal(Y.dumps(job)))])
+        Y.comment(patches, 0, "The same image as serving: TensorRT-LLM versions must match at load time.", 2)
+        doc["patches"] = patches
+    return Y.dumps(doc)
 
 
 def flux_kustomization(name: str, path: str, *, timeout: str, depends: tuple[str, ...] = (),
                        force: bool = False) -> str:
-    lines = ["apiVersion: kustomize.toolkit.fluxcd.io/v1", "kind: Kustomization", "metadata:", f"  name: {name}",
-             "  namespace: flux-system", "spec:", "  interval: 10m", "  retryInterval: 1m", f"  timeout: {timeout}",
-             f"  path: ./{path}", "  prune: true", "  wait: true"]
+    """clusters/CLUSTER/models/NAME.yaml: the Flux Kustomization that applies one overlay."""
+    spec = Y.mapping(interval="10m", retryInterval="1m", timeout=timeout, path=f"./{path}", prune=True, wait=True,
+                     force=True if force else None)
     if force:
-        lines += ["  # A Job's pod template is immutable: recreate it when the build options change.", "  force: true"]
-    lines += ["  dependsOn:", "    - name: infrastructure", "    - name: platform"]
-    lines += [f"    - name: {d}" for d in depends]
-    lines += ["  sourceRef:", "    kind: GitRepository", "    name: flux-system"]
-    return "\n".join(lines) + "\n"
+        Y.comment(spec, "force", "A Job's pod template is immutable: recreate it when the build options change.", 2)
+    spec["dependsOn"] = Y.seq(Y.mapping(name=d) for d in ("infrastructure", "platform", *depends))
+    spec["sourceRef"] = Y.mapping(kind="GitRepository", name="flux-system")
+    doc = Y.mapping(apiVersion="kustomize.toolkit.fluxcd.io/v1", kind="Kustomization",
+                    metadata=Y.mapping(name=name, namespace="flux-system"), spec=spec)
+    return Y.dumps(doc)
 
 
 def _template(name: str) -> str:
