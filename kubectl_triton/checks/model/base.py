@@ -79,14 +79,17 @@ TRITON_LOAD = register("TritonLoadFailed", "error", "model",
 
 @dataclass(frozen=True)
 class Issue:
-    """One problem in one model's configuration, before it is tied to a file and line. `needle` is text that
-    locates the line; `severity` overrides the check's own where a rule grades a case."""
+    """One problem in one model's configuration, before it is tied to a file and line. `object` is the field
+    (`dynamic_batching.preferred_batch_size`, `input 'x'`, `ensemble_scheduling.step[2]`) and `needle` a field
+    name or quoted value inside it, both located in the parsed text (formats.pbtxt.locate); `severity` overrides
+    the check's own where a rule grades a case."""
 
     check: Check
     message: str
     object: str | None = None
     needle: str | None = None
     severity: Severity | None = None
+    index: int = 0  # which occurrence of a repeated field (or list value) the issue is about
 
     @property
     def code(self) -> str:
