@@ -92,8 +92,8 @@ def _rel(path: Path, root: Path) -> str:
 
 def _findings(model: _Model, issues: Iterable[Issue], root: Path) -> list[Finding]:
     rel = _rel(model.file, root)
-    return [i.check.finding(i.message, severity=i.severity, path=rel, line=locate(model.text, i.object, i.needle, i.index),
-                            model=model.name, object=i.object) for i in issues]
+    return [i.check.finding(i.message, severity=i.severity, path=rel, model=model.name, object=i.object,
+                            line=locate(model.text, i.object, i.needle, i.index)) for i in issues]
 
 
 def check_repository(repo_dir: Path, *, display_root: Path | None = None,
