@@ -20,6 +20,7 @@ from kubectl_triton.checks.registry import register
 from kubectl_triton.errors import RenderError, TritonCtlError
 from kubectl_triton.formats import schemas, yamlio
 from kubectl_triton.gitops import assembly, repo
+from kubectl_triton.gitops.labels import INSTANCE_LABEL
 
 RENDER_FAILED = register("RenderFailed", "error", "overlay",
                          "kustomize cannot build the folder (as Flux's build would fail)",
@@ -46,7 +47,6 @@ COMPAT_INPUT = register("CompatInputInvalid", "error", "repository",
                         "an engine record or model metadata that the compat checks cannot read",
                         "fix or re-record the file named (kubectl triton record-engine)")
 
-INSTANCE_LABEL = "app.kubernetes.io/instance"
 
 
 @dataclass

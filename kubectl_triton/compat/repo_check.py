@@ -18,6 +18,7 @@ from kubectl_triton.errors import InputError, RenderError
 from kubectl_triton.formats import pbtxt
 from kubectl_triton.formats.yamlio import load_all, loads_all
 from kubectl_triton.gitops import repo
+from kubectl_triton.gitops.labels import INSTANCE_LABEL, PRODUCT_LABEL
 
 # The compat rules' reason codes as registered checks (severity: the worst a rule reports; rules may grade lower).
 _DECLARED: tuple[tuple[str, Severity, str, str], ...] = (
@@ -50,9 +51,7 @@ _DECLARED: tuple[tuple[str, Severity, str, str], ...] = (
 CHECKS = {code: register(code, sev, "overlay", desc, fix) for code, sev, desc, fix in _DECLARED}
 
 
-PRODUCT_LABEL = "nvidia.com/gpu.product"
 GPU_RESOURCE = "nvidia.com/gpu"
-INSTANCE_LABEL = "app.kubernetes.io/instance"
 SERVER_CONTAINER = "tritonserver"
 ENGINE_MODEL = "tensorrt_llm"
 

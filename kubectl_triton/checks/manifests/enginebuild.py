@@ -13,6 +13,7 @@ from kubectl_triton.checks.registry import register
 from kubectl_triton.errors import TritonCtlError
 from kubectl_triton.formats import pbtxt, yamlio
 from kubectl_triton.formats.schemas import object_id
+from kubectl_triton.gitops.labels import INSTANCE_LABEL as INSTANCE
 
 BUILD_MISSING = register("EngineBuildMissing", "warning", "repository",
                          "a TensorRT-LLM model is served on a GPU type that no engine-build overlay targets",
@@ -26,7 +27,6 @@ ENGINE_DIR = register("EngineDirMismatch", "error", "repository",
 
 
 BUILD_NAME = "triton-engine-build"
-INSTANCE = "app.kubernetes.io/instance"
 PRODUCT = "nvidia.com/gpu.product"
 
 

@@ -23,10 +23,9 @@ from kubectl_triton.checks.registry import Severity, register
 from kubectl_triton.errors import TritonCtlError
 from kubectl_triton.formats.schemas import object_id
 from kubectl_triton.formats.yamlio import load_all
+from kubectl_triton.gitops.labels import EXEMPT_ANNOTATION
 
-EXEMPT_ANNOTATION = "triton.kubectl.io/security-exempt"
 MIN_REASON_CHARS = 10
-CLIENT_LABEL = "triton.kubectl.io/client"
 MONITORING_NAMESPACE = "monitoring"
 TRITON_CONTAINER = "tritonserver"
 INFERENCE_PORTS = {"http": 8000, "grpc": 8001}
