@@ -497,7 +497,7 @@ def _container_reasons(pod: dict, cs: dict, init: bool, events: list[dict], snap
         out.append(Reason("CrashLoopBackOff", f"{where} exited with code {terminated.get('exitCode')} "
                           f"({terminated.get('reason', 'Error')})"
                           + (": " + " / ".join(f'"{q}"' for q in quoted) if quoted else ""),
-                          _crash_fix(quoted, log_text), SEV_PROGRESSING))
+                          _crash_fix(quoted, log_text), SEV_FAILED if restarts >= 2 else SEV_PROGRESSING))
     if state.get("running") and not cs.get("started", cs.get("ready")) and not init:
         out += _startup_reasons(pod, cs, events, where)
     return out
@@ -564,7 +564,7 @@ def _deployment_reasons(dep: dict, *, has_pod_reasons: bool) -> list[Reason]:
     failure = _condition(dep, "ReplicaFailure")
     if failure and failure.get("status") == "True":
         msg = _first_line(failure.get("message"))
-        code = "QuotaExceeded" if "exceeded quota" in msg else "ReplicaFailure"
+        code = "QuotaExceeded" if re.search(r"(exceeded|failed) quota", msg, re.I) else "ReplicaFailure"
         out.append(reason(code, f"Deployment {name} cannot create pods ({failure.get('reason', '')}): {msg}",
                           SEV_FAILED, terminal=True))
     progressing = _condition(dep, "Progressing") or {}
