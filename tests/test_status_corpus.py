@@ -141,7 +141,7 @@ def build(api: APIServer, sc: dict) -> None:  # noqa: C901 - one branch per scen
     c.apply(*objs)
     by_name = {o["kind"]: o for o in objs}
     for e in sc.get("events") or []:
-        target = pods[e["pod"]] if "pod" in e else by_name[e["on"]]
+        target = pods[e["pod"]] if "pod" in e else by_name[e["object"]]
         ev = event(target, e["reason"], e["message"], type_=e.get("type", "Warning"), count=e.get("count", 1),
                    source=e.get("source", "kubelet"))
         if e.get("api") == "events.k8s.io":  # the newer Event API's shape: the server stores it as core v1

@@ -576,7 +576,8 @@ def _deployment_reasons(dep: dict, *, has_pod_reasons: bool) -> list[Reason]:
     available = int(status.get("availableReplicas") or 0)
     ready = int(status.get("readyReplicas") or 0)
     total = int(status.get("replicas") or 0)
-    new_rs_available = "progressDeadlineSeconds" not in spec or (
+    # (a paused Deployment's controller replaces the condition with DeploymentPaused: the counts say the rest)
+    new_rs_available = "progressDeadlineSeconds" not in spec or progressing.get("reason") == "DeploymentPaused" or (
         progressing.get("status") == "True" and progressing.get("reason") == "NewReplicaSetAvailable")
     available_cond = (_condition(dep, "Available") or {}).get("status") == "True"
     msg: str | None = None
