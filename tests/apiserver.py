@@ -125,7 +125,7 @@ class FakeCluster:
     history_floor: int = 1000  # watches from an older resourceVersion get 410 Gone
     logs: dict[tuple[str, str, str, bool], str | Callable[[], str]] = field(default_factory=dict)
     proxy_targets: dict[tuple[str, str, int], str] = field(default_factory=dict)
-    forbidden: set[tuple[str, str]] = field(default_factory=set)  # (verb, resource) refused with 403
+    forbidden: set[tuple] = field(default_factory=set)  # (verb, resource[, group]) refused with 403
     forbidden_cluster_wide: set[tuple[str, str]] = field(default_factory=set)  # refused across namespaces only
     faults: list[tuple[str, int]] = field(default_factory=list)  # (path regex, status) served once each
     delays: list[tuple[str, float]] = field(default_factory=list)  # (path regex, seconds) before answering, once
@@ -370,7 +370,7 @@ class _Handler(BaseHTTPRequestHandler):
             return
         rbac_verb = {"proxy": "get", "log": "get", "portforward": "create"}.get(verb, verb)
         rbac_res = f"{plural}/{verb}" if verb in ("proxy", "log", "portforward") else plural
-        if (rbac_verb, rbac_res) in cluster.forbidden or (
+        if (rbac_verb, rbac_res) in cluster.forbidden or (rbac_verb, rbac_res, group) in cluster.forbidden or (
                 ns is None and (rbac_verb, rbac_res) in cluster.forbidden_cluster_wide) or \
                 not cluster.allows(rbac_verb, group, rbac_res):
             # the real API server's wording: `pods "NAME" is forbidden: User "U" cannot get resource "pods/log"

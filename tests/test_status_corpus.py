@@ -156,7 +156,8 @@ def build(api: APIServer, sc: dict) -> None:  # noqa: C901 - one branch per scen
         c.logs[(NAMESPACE, p["metadata"]["name"], container, bool(lg.get("previous")))] = lg["text"]
     access = sc.get("access") or {}
     for verb, res in access.get("forbid") or []:
-        c.forbidden.add((verb, res))
+        # allow_events_v1: only the core group is refused (a role granting events.k8s.io alone)
+        c.forbidden.add((verb, res, "") if access.get("allow_events_v1") else (verb, res))
     if access.get("broken_kubelet"):
         c.broken_kubelets.add("gpu-node-a100-1")
 
