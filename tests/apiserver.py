@@ -568,8 +568,9 @@ class _Handler(BaseHTTPRequestHandler):
             until = time.monotonic() + 3.0
             while time.monotonic() < until and not self.server.stopping:
                 time.sleep(0.05)
-            self._send_json(503, _status(503, "ServiceUnavailable", "error trying to reach service: dial tcp "
-                                         f"10.244.1.7:{port}: i/o timeout"))
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # the client gave up first
+                self._send_json(503, _status(503, "ServiceUnavailable", "error trying to reach service: dial tcp "
+                                             f"10.244.1.7:{port}: i/o timeout"))
             return
         target = cluster.proxy_targets.get((ns, name, int(port or 80)))
         if target is None:

@@ -22,6 +22,7 @@ from tests.apiserver import NAMESPACE, APIServer, deployment, event, hpa, kustom
 CORPUS = Path(__file__).resolve().parent / "fixtures" / "status_corpus"
 RESULTS: dict[str, tuple[str, str, str, str]] = {}  # id -> (expected phase, cause, got phase, cause)
 MIN_SCENARIOS, MIN_CAUSE_AGREEMENT = 60, 0.95
+IMAGE_TRTLLM = "nvcr.io/nvidia/tritonserver:24.12-trtllm-python-py3"  # base/engine-build's image
 
 
 def scenarios() -> list[dict]:
@@ -64,7 +65,7 @@ def engine_build_job(model: str, spec: dict, status: dict, name: str | None = No
             "spec": _merge({"backoffLimit": 1, "activeDeadlineSeconds": 6600, "completions": 1, "parallelism": 1,
                             "selector": {"matchLabels": {"batch.kubernetes.io/controller-uid": uid}},
                             "template": {"spec": {"restartPolicy": "Never", "containers": [
-                                {"name": "engine-build", "image": "nvcr.io/nvidia/tritonserver:24.12-trtllm-python-py3",
+                                {"name": "engine-build", "image": IMAGE_TRTLLM,
                                  "resources": {"limits": {"memory": "128Gi", "nvidia.com/gpu": "1"}}}]}}}, spec),
             "status": status}
 
@@ -78,7 +79,7 @@ def job_pod(job: dict, suffix: str, state: dict, phase: str) -> dict:
                                     "batch.kubernetes.io/job-name": job["metadata"]["name"],
                                     "job-name": job["metadata"]["name"]}},
             "spec": {"nodeName": "gpu-node-h100-1", "restartPolicy": "Never",
-                     "containers": [{"name": "engine-build", "image": "nvcr.io/nvidia/tritonserver:24.12-trtllm-python-py3",
+                     "containers": [{"name": "engine-build", "image": IMAGE_TRTLLM,
                                      "resources": {"limits": {"memory": "128Gi"}}}]},
             "status": {"phase": phase, "hostIP": "10.0.3.20", "containerStatuses": [{
                 "name": "engine-build", "ready": False, "restartCount": 0, "image": "", "imageID": "",

@@ -166,7 +166,7 @@ class Kube:
     # -- helpers --------------------------------------------------------------------------------------
     def list(self, resource: str, namespace: str | None = None, *, label_selector: str | None = None,
              field_selector: str | None = None, tolerate: tuple[int, ...] = (),
-             page_size: int = PAGE_SIZE) -> tuple[list[dict], str] | None:
+             page_size: int | None = None) -> tuple[list[dict], str] | None:
         """All objects of `resource` in `namespace` (ALL_NAMESPACES for every namespace), with the list's
         resourceVersion (where a watch starts), read in pages of `page_size` (limit/continue; 0: one
         request). An answer whose HTTP status is in `tolerate` (404: the API is not served, e.g. a CRD not
@@ -174,6 +174,7 @@ class Kube:
         restarts the list once, unpaged, as kubectl does."""
         res = RESOURCES[resource]
         ns = namespace or self.namespace
+        page_size = PAGE_SIZE if page_size is None else page_size
         items: list[dict] = []
         token, kind, rv = "", "List", ""
         while True:
