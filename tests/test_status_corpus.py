@@ -225,3 +225,21 @@ def test_zz_corpus_figures(record_property):
           + "".join(f"\n  miss {m}" for m in misses))
     assert cause_ok / n >= MIN_CAUSE_AGREEMENT, misses
     assert false_alarms == []
+
+
+def test_engine_build_deadline_leaves_slack_below_the_flux_timeout():
+    """base/engine-build's activeDeadlineSeconds ends the Job before the Flux Kustomization that waits for it
+    times out (at least 5 minutes earlier), so the reported failure is the Job's DeadlineExceeded."""
+    from kubectl_triton.formats.duration import parse_duration
+
+    root = Path(__file__).resolve().parents[1]
+    job = yamlio.load_all(root / "base" / "engine-build" / "job.yaml")[0]
+    deadline = job["spec"]["activeDeadlineSeconds"]
+    flux = [doc for path in sorted(root.glob("clusters/*/models/*-engine-build.yaml"))
+            for doc in yamlio.load_all(path)]
+    assert flux, "no engine-build Flux Kustomization in clusters/"
+    for ks in flux:
+        overlay = root / ks["spec"]["path"]
+        assert "activeDeadlineSeconds" not in (overlay / "kustomization.yaml").read_text(), overlay
+        timeout = parse_duration(ks["spec"]["timeout"], bare_seconds=False)
+        assert timeout is not None and timeout - deadline >= 300, (ks["metadata"]["name"], timeout, deadline)
