@@ -174,7 +174,7 @@ def expected_models(deployment_or_pod: dict) -> list[str]:
     --load-model=NAME. Without either only the server's readiness is probed."""
     spec = (deployment_or_pod.get("spec") or {})
     spec = (spec.get("template") or {}).get("spec") or spec
-    container = next((c for c in spec.get("containers") or [] if c.get("name") == TRITON_CONTAINER), {})
+    container: dict = next((c for c in spec.get("containers") or [] if c.get("name") == TRITON_CONTAINER), {})
     labels, ann = _labels(deployment_or_pod), _meta(deployment_or_pod).get("annotations") or {}
     names = [n.strip() for n in str(ann.get(TRITON_MODELS_ANN, "")).split(",")]
     if labels.get(TRACK_LABEL) and ann.get(TRITON_MODEL_ANN):  # a canary: the version it must serve
@@ -563,9 +563,9 @@ def _deployment_reasons(dep: dict, *, has_pod_reasons: bool) -> list[Reason]:
     out: list[Reason] = []
     failure = _condition(dep, "ReplicaFailure")
     if failure and failure.get("status") == "True":
-        msg = _first_line(failure.get("message"))
-        code = "QuotaExceeded" if re.search(r"(exceeded|failed) quota", msg, re.I) else "ReplicaFailure"
-        out.append(reason(code, f"Deployment {name} cannot create pods ({failure.get('reason', '')}): {msg}",
+        why = _first_line(failure.get("message"))
+        code = "QuotaExceeded" if re.search(r"(exceeded|failed) quota", why, re.I) else "ReplicaFailure"
+        out.append(reason(code, f"Deployment {name} cannot create pods ({failure.get('reason', '')}): {why}",
                           SEV_FAILED, terminal=True))
     progressing = _condition(dep, "Progressing") or {}
     if observed >= generation and progressing.get("reason") == "ProgressDeadlineExceeded":
@@ -628,7 +628,7 @@ def _flux_reasons(k: dict) -> list[Reason]:
                           f"{_first_line(ready.get('message'))}", SEV_PROGRESSING, situation="flux-reconciling"))
     applied, attempted = status.get("lastAppliedRevision"), status.get("lastAttemptedRevision")
     if attempted and attempted != applied:
-        failed = bool(ready) and ready.get("status") == "False" and ready.get("reason") not in _FLUX_PROGRESSING
+        failed = ready is not None and ready.get("status") == "False" and ready.get("reason") not in _FLUX_PROGRESSING
         out.append(reason("FluxRevisionBehind", f"{ref} attempted {short_revision(attempted)} but the cluster "
                           f"runs {short_revision(applied) or 'nothing applied yet'}",
                           SEV_FAILED if failed else SEV_PROGRESSING))

@@ -103,8 +103,9 @@ class ModelStatus:
         return self.phase == FAILED and any(r.terminal for r in self.reasons)
 
     def as_dict(self) -> dict:
-        out = {"model": self.model, "namespace": self.namespace, "phase": self.phase, "ready": self.ready,
-               "revision": self.revision, "reasons": [r.as_dict() for r in self.reasons]}
+        out: dict[str, object] = {"model": self.model, "namespace": self.namespace, "phase": self.phase,
+                                  "ready": self.ready, "revision": self.revision,
+                                  "reasons": [r.as_dict() for r in self.reasons]}
         if self.track:
             out.update(track=self.track, version=self.version, weight=self.weight)
         if self.job:

@@ -347,7 +347,9 @@ def wait_for(collector: Collector, timeout_s: float, *, grace_s: float,
         inf.thread.start()
     try:
         while True:
-            snap = Snapshot(**{f: informers[f].current() for f in SOURCES}, probing=collector.probe)
+            snap = Snapshot(probing=collector.probe)
+            for f in SOURCES:
+                setattr(snap, f, informers[f].current())
             if routes is None and diag.canaries(snap.deployments):
                 routes = collector.routes(snap.deployments)  # read once: weights change through git
             snap.routes = routes or []
