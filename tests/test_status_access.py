@@ -151,6 +151,16 @@ def test_networkpolicy_dropping_the_proxy_is_one_note_and_one_attempt(run_cli, a
     assert len(doc["notes"]) == 1 and "NetworkPolicy" in doc["notes"][0]
 
 
+def test_a_loading_pod_that_does_not_answer_yet_is_no_note(run_cli, api):  # noqa: F811
+    """Triton listens only once it loaded: a refused probe of a pod that is not ready is expected, not a
+    NetworkPolicy; it is neither noted nor does it stop the probing of the other pods."""
+    api.cluster.apply(deployment(MODEL, ready=0, progressing=("True", "ReplicaSetUpdated")),
+                      pod(MODEL, "load1", ready=False, started=False), pod(MODEL, "load2", ready=False, started=False))
+    res, doc = status(run_cli, api)
+    assert res.exit_code == 1 and doc["models"][0]["phase"] == "Progressing"
+    assert "notes" not in doc and api.cluster.count("proxy") == 2
+
+
 # -- watches: 410 Gone with backoff, BOOKMARK and ERROR events -------------------------------------------------
 
 def test_watch_410_forever_backs_off(run_cli, api, monkeypatch):  # noqa: F811

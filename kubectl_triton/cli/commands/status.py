@@ -167,9 +167,10 @@ class Collector:
                            "diagnosis uses pod state and events")
             return None
 
-    def _probe(self, ns: str, name: str, port: int, models: list[str]) -> Probe | None:
-        """Triton's view through the pod proxy, or None once a probe was refused (RBAC) or could not connect
-        (a NetworkPolicy, a CNI dropping the API server's traffic): then the remaining pods are not tried."""
+    def _probe(self, ns: str, name: str, port: int, models: list[str], ready: bool) -> Probe | None:
+        """Triton's view through the pod proxy, or None once a probe was refused (RBAC) or a ready pod could not
+        be reached (a NetworkPolicy, a CNI dropping the API server's traffic): then the remaining pods are not
+        tried. A pod not ready yet that does not answer is still loading: no note, asked again later."""
         if self._probe_skipped:
             return None
         try:
@@ -179,6 +180,8 @@ class Collector:
             self.note("probe", f"skipped: the Triton probe (get pods/proxy is forbidden: {err.message}); it would "
                                f"add {PROBE_ADDS}")
             return None
+        if probe.error and not ready:
+            return probe
         if probe.error:
             self._probe_skipped = True
             self.note("probe", f"skipped: the Triton probe (the API server could not reach pod {ns}/{name}:{port}: "
@@ -202,7 +205,10 @@ class Collector:
                 key = _probe_key(by_name[(ns, name)])
                 cached = self._probes.get(key)
                 if cached is None or (not _probe_ok(cached[0]) and time.monotonic() - cached[1] >= REPROBE_S):
-                    probe = self._probe(ns, name, port, models)
+                    pod = by_name[(ns, name)]
+                    ready = any(c.get("type") == "Ready" and c.get("status") == "True"
+                                for c in (pod.get("status") or {}).get("conditions") or [])
+                    probe = self._probe(ns, name, port, models, ready)
                     if probe is None:
                         continue
                     self._probes[key] = cached = (probe, time.monotonic())
