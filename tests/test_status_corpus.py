@@ -220,9 +220,10 @@ def test_zz_corpus_figures(record_property):
     record_property("corpus_cause_agreement", round(cause_ok / n, 4))
     record_property("corpus_false_alarms", len(false_alarms))
     misses = [f"{k}: want {wp}/{wc}, got {gp}/{gc}" for k, (wp, wc, gp, gc) in done.items() if (wp, wc) != (gp, gc)]
-    print(f"\nstatus corpus: {n} scenarios ({healthy} healthy); phase {phase_ok}/{n} = {phase_ok / n:.1%}; "
-          f"cause {cause_ok}/{n} = {cause_ok / n:.1%}; healthy rollouts called Failed: {len(false_alarms)}"
-          + "".join(f"\n  miss {m}" for m in misses))
+    summary = (f"{n} scenarios ({healthy} healthy); phase {phase_ok}/{n} = {phase_ok / n:.1%}; cause {cause_ok}/{n} "
+               f"= {cause_ok / n:.1%}; healthy rollouts called Failed: {len(false_alarms)}")
+    record_property("corpus_summary", summary)
+    print(f"\nstatus corpus: {summary}" + "".join(f"\n  miss {m}" for m in misses))
     assert cause_ok / n >= MIN_CAUSE_AGREEMENT, misses
     assert false_alarms == []
 
