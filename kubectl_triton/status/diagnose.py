@@ -27,7 +27,7 @@ from kubectl_triton.status.model import (
     Reason,
     Snapshot,
 )
-from kubectl_triton.status.reasons import reason
+from kubectl_triton.status.reasons import FIXES, reason
 
 NAME_LABEL = "app.kubernetes.io/name"
 INSTANCE_LABEL = "app.kubernetes.io/instance"
@@ -505,8 +505,6 @@ def _container_reasons(pod: dict, cs: dict, init: bool, events: list[dict], snap
 
 def _crash_fix(quoted: list[str], log_text: str | None) -> str:
     """CrashLoopBackOff's fix: point at the quoted lines when there are some, else say how to read the log."""
-    from kubectl_triton.status.reasons import FIXES
-
     if quoted:
         return FIXES["CrashLoopBackOff"]
     if log_text is None:
