@@ -463,7 +463,7 @@ def _container_reasons(pod: dict, cs: dict, init: bool, events: list[dict], snap
                               + (f" ({limit})" if limit else "") + f"; restarts: {restarts}", SEV_FAILED,
                               terminal=True))
     liveness = [e for e in events if e.get("reason") == "Killing" and _LIVENESS_KILL.search(e.get("message") or "")
-                and (cname in (e.get("message") or "") or len(_container_statuses(pod)) <= 2)]
+                and f"Container {cname} " in (e.get("message") or "")]
     if liveness and not healed and not init and last_term.get("reason") != "OOMKilled":
         count = sum(int(e.get("count") or 1) for e in liveness)
         unhealthy = next((e.get("message", "") for e in reversed(events) if e.get("reason") == "Unhealthy"

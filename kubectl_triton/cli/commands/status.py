@@ -1,9 +1,11 @@
 """`kubectl triton status`: is my model serving, and if not, why, and what do I change?
 
-Reads (never writes) Deployments, Pods, Events, HPAs and Flux Kustomizations with one list each, the log
-of each failing container and Triton's health through the pod proxy; the verdict comes from the pure
-`kubectl_triton.status` package. `--wait` keeps those lists current with the API's watch and stops as
-soon as every model is Healthy or one fails in a way waiting cannot cure.
+Reads (never writes) Deployments, engine-build Jobs, Pods, Events, HPAs and Flux Kustomizations with one
+(paged) list each, the log of each failing container and Triton's health through the pod proxy; the verdict
+comes from the pure `kubectl_triton.status` package. Logs, events and the probe are enrichments: when RBAC, a
+kubelet or a NetworkPolicy refuses them, the diagnosis goes on and a note names what was skipped. `--wait`
+keeps those lists current with the API's watch and stops as soon as every model is Healthy or one fails in a
+way waiting cannot cure.
 """
 
 from __future__ import annotations
@@ -421,9 +423,10 @@ def command(ctx: click.Context, models: tuple[str, ...], namespace: str | None, 
 
     \b
     Phases: Healthy, Progressing, Failed, Unknown. Exit codes: 0 all Healthy; 1 any Failed or Unknown;
-    3 still Progressing when --wait timed out; 2 usage errors, unreachable cluster, forbidden.
+    3 still Progressing when --wait timed out; 2 usage errors, unreachable cluster, Deployments or Pods
+    forbidden. Logs, events and the Triton probe are read when allowed; what was not is named in notes.
     JSON (-o json): {"healthy": bool, "models": [{"model", "namespace", "phase", "ready", "revision",
-    "reasons": [{"code", "message", "fix"}]}]}
+    "reasons": [{"code", "message", "fix"}]}], "notes": [str] (only when something was not read)}
     """
     from kubectl_triton.adapters import kube as kube_mod
 
