@@ -80,6 +80,16 @@ def test_objects_role_diagnoses_from_state_and_names_what_it_skipped(run_cli, ap
     assert len([n for n in notes if "skipped: the Triton probe" in n]) == 1
 
 
+def test_wait_with_objects_role_asks_for_a_refused_log_once(run_cli, api):  # noqa: F811
+    api.cluster.rbac_rules = role("clusterrole-status-objects.yaml")
+    crash_loop(api)
+    api.cluster.apply(deployment(MODEL, ready=0, progressing=("True", "ReplicaSetUpdated")))  # still rolling out
+    res = run_cli("status", "--kubeconfig", str(api.kubeconfig_path), "--wait", "--timeout", "3s", "-o", "json")
+    assert res.exit_code in (1, 3) and "Traceback" not in res.stderr
+    assert api.cluster.count("log") == 1
+    assert any("get pods/log is forbidden" in n for n in json.loads(res.stdout)["notes"])
+
+
 def test_objects_role_text_output_lists_the_notes(run_cli, api):  # noqa: F811
     api.cluster.rbac_rules = role("clusterrole-status-objects.yaml")
     healthy_model(api.cluster, MODEL)

@@ -80,6 +80,7 @@ class Collector:
         self.notes: dict[str, str] = {}  # key -> one line: what was not read and why (said once)
         self.watch_source: dict[str, tuple[str, str | None]] = {}  # field -> (resource, field selector) if not SOURCES'
         self._probe_skipped = False
+        self._log_failed: set[tuple] = set()
 
     @property
     def scope_name(self) -> str:
@@ -195,9 +196,12 @@ class Collector:
         """Add logs of failing containers and Triton probes (cached per container/pod state)."""
         snap.now = datetime.now(timezone.utc)
         for req in diag.log_requests(snap):
+            if req.key in self._log_failed:  # refused for this container instance: not asked again each tick
+                continue
             if req.key not in self._logs:
                 text = self._read_log(req)
                 if text is None:
+                    self._log_failed.add(req.key)
                     continue
                 self._logs[req.key] = text
             snap.logs[req.target] = self._logs[req.key]
