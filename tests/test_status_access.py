@@ -59,6 +59,8 @@ def test_full_role_reads_the_log_and_probes(run_cli, api):  # noqa: F811
     assert res.exit_code == 1
     bad = next(m for m in doc["models"] if m["model"] == MODEL)
     assert bad["reasons"][0]["code"] == "SharedMemoryTooSmall"
+    crash = next(r for r in bad["reasons"] if r["code"] == "CrashLoopBackOff")
+    assert "quoted here" in crash["fix"]  # the signature's reason quotes the line
     assert api.cluster.count("log") == 1 and api.cluster.count("proxy") >= 1
     # the probe could not connect (no Triton behind the test server): one note, no verdict change
     assert [n for n in doc["notes"] if "pods/log" in n] == []
@@ -77,7 +79,9 @@ def test_objects_role_diagnoses_from_state_and_names_what_it_skipped(run_cli, ap
     assert "kubectl logs --previous" in bad["reasons"][0]["fix"]
     notes = doc["notes"]
     assert len([n for n in notes if "get pods/log is forbidden" in n]) == 1
-    assert len([n for n in notes if "skipped: the Triton probe" in n]) == 1
+    assert [n for n in notes if "skipped: the Triton probe" in n] == [
+        "skipped: the Triton probe (get pods/proxy is forbidden in namespace 'triton'); it would add Triton's own "
+        "per-model readiness and load errors"]
 
 
 def test_wait_with_objects_role_asks_for_a_refused_log_once(run_cli, api):  # noqa: F811

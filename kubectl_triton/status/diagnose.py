@@ -482,7 +482,8 @@ def _container_reasons(pod: dict, cs: dict, init: bool, events: list[dict], snap
         what = "keeps crashing" if wreason == "CrashLoopBackOff" else "crashed and runs again, not ready"
         msg = f"{where} {what} ({detail})" + (": " + " / ".join(f'"{q}"' for q in quoted) if quoted else "")
         sev = SEV_FAILED if wreason == "CrashLoopBackOff" or terminal else SEV_PROGRESSING
-        out.append(Reason("CrashLoopBackOff", msg, _crash_fix(quoted, log_text), sev, terminal and sev == SEV_FAILED))
+        fix = FIXES["CrashLoopBackOff"] if log_sigs else _crash_fix(quoted, log_text)
+        out.append(Reason("CrashLoopBackOff", msg, fix, sev, terminal and sev == SEV_FAILED))
     elif wreason in _IMAGE_PULL:
         image = cs.get("image") or _spec_container(pod, cname).get("image", "")
         hopeless = wreason != "ErrImagePull" or bool(_IMAGE_PULL_HOPELESS.search(wmsg))

@@ -180,8 +180,9 @@ class Collector:
             probe = probe_triton(self.kube, ns, name, port, models)
         except ClusterError as err:
             self._probe_skipped = True
-            self.note("probe", f"skipped: the Triton probe (get pods/proxy is forbidden: {err.message}); it would "
-                               f"add {PROBE_ADDS}")
+            why = f"get pods/proxy is forbidden in namespace {ns!r}" if err.message.startswith("forbidden") \
+                else err.message
+            self.note("probe", f"skipped: the Triton probe ({why}); it would add {PROBE_ADDS}")
             return None
         if probe.error and not ready:
             return probe
