@@ -1,15 +1,18 @@
 """`kubectl triton status`: is my model serving, and if not, why, and what do I change?
 
-Reads (never writes) Deployments, Pods, Events, HPAs and Flux Kustomizations with one list each, the log
-of each failing container and Triton's health through the pod proxy; the verdict comes from the pure
-`kubectl_triton.status` package. `--wait` keeps those lists current with the API's watch and stops as
-soon as every model is Healthy or one fails in a way waiting cannot cure.
+Reads (never writes) Deployments, engine-build Jobs, Pods, Events, HPAs and Flux Kustomizations with one
+(paged) list each, the log of each failing container and Triton's health through the pod proxy; the verdict
+comes from the pure `kubectl_triton.status` package. Logs, events and the probe are enrichments: when RBAC, a
+kubelet or a NetworkPolicy refuses them, the diagnosis goes on and a note names what was skipped. `--wait`
+keeps those lists current with the API's watch and stops as soon as every model is Healthy or one fails in a
+way waiting cannot cure.
 """
 
 from __future__ import annotations
 
 import json
 import queue
+import random
 import re
 import sys
 import threading
@@ -27,16 +30,27 @@ from kubectl_triton.status import diagnose as diag
 LOG_TAIL_LINES = 60
 WATCH_TIMEOUT_S = 300
 TICK_S = 1.0  # re-evaluate time-based graces this often while waiting (no API request involved)
+WATCH_BACKOFF_S, WATCH_BACKOFF_MAX_S = 0.5, 30.0
 REPROBE_S = 5.0  # while waiting, a pod whose Triton was not (yet) ready is asked again after this long
 
 # Snapshot field -> (resource, label selector?, field selector, namespaced-in-scope?)
 SOURCES: dict[str, tuple[str, str | None, str | None, bool]] = {
     "deployments": ("deployments", "models", None, True),
+    "jobs": ("jobs", "engine-build", None, True),
     "pods": ("pods", "triton", None, True),
     "events": ("events", None, "involvedObject.kind=Pod", True),
     "hpas": ("horizontalpodautoscalers", None, None, True),
     "kustomizations": ("kustomizations", None, None, False),
 }
+# Lists the diagnosis can do without: a 403 on one is named in a note, and the rest goes on.
+OPTIONAL = {
+    "jobs": "engine-build Jobs are not shown",
+    "events": "scheduling, probe and kill events are not used",
+    "hpas": "autoscaler conditions are not checked",
+}
+# What each enrichment adds, for the note that says it was skipped.
+PROBE_ADDS = "Triton's own per-model readiness and load errors"
+LOG_ADDS = "the cause quoted from the container log"
 
 
 def parse_duration(text: str) -> float:
@@ -63,15 +77,26 @@ class Collector:
         self.flux_namespace: str | None = None  # None: all namespaces
         self._logs: dict[tuple, str] = {}
         self._probes: dict[tuple, tuple[Probe, float]] = {}
+        self.notes: dict[str, str] = {}  # key -> one line: what was not read and why (said once)
+        self.watch_source: dict[str, tuple[str, str | None]] = {}  # field -> (resource, field selector) if not SOURCES'
+        self._probe_skipped = False
+        self._log_failed: set[tuple] = set()
 
     @property
     def scope_name(self) -> str:
         """The namespace in scope, "" for all namespaces."""
         return "" if self.namespace == "*" else self.namespace
 
+    def note(self, key: str, text: str) -> None:
+        self.notes.setdefault(key, text)
+
     def selector(self, which: str | None) -> str | None:
         if which == "triton":
-            return diag.TRITON_SELECTOR
+            return diag.POD_SELECTOR
+        if which == "engine-build":
+            if not self.models:
+                return diag.ENGINE_BUILD_SELECTOR
+            return f"{diag.ENGINE_BUILD_SELECTOR},{diag.INSTANCE_LABEL} in ({','.join(self.models)})"
         if which == "models":
             if not self.models:
                 return diag.TRITON_SELECTOR
@@ -83,8 +108,22 @@ class Collector:
         if field == "kustomizations":
             return self._list_kustomizations()
         ns = self.namespace if namespaced else None
-        return self.kube.list(resource, ns, label_selector=self.selector(label_which),
-                              field_selector=field_selector)
+        if field not in OPTIONAL:
+            return self.kube.list(resource, ns, label_selector=self.selector(label_which),
+                                  field_selector=field_selector)
+        got = self.kube.list(resource, ns, label_selector=self.selector(label_which),
+                             field_selector=field_selector, tolerate=(403,))
+        if got is None and field == "events":  # RBAC may grant the newer Event API only
+            got = self.kube.list("events.k8s.io", ns, field_selector="regarding.kind=Pod", tolerate=(403, 404))
+            if got is not None:
+                self.watch_source[field] = ("events.k8s.io", "regarding.kind=Pod")
+        if got is None:
+            from kubectl_triton.adapters.kube import RESOURCES
+
+            self.note(f"list-{field}", f"not read: {RESOURCES[resource].display} (list is forbidden); "
+                                       f"{OPTIONAL[field]}")
+            return [], ""
+        return got
 
     def _list_kustomizations(self) -> tuple[list[dict], str]:
         """Flux Kustomizations in any namespace; with only namespaced rights, those of flux-system.
@@ -110,20 +149,62 @@ class Collector:
 
     def snapshot(self) -> Snapshot:
         deployments, _ = self.list_source("deployments")
-        snap = Snapshot(deployments=deployments, probing=self.probe)
-        if deployments:  # nothing else matters without a Triton Deployment
+        jobs, _ = self.list_source("jobs")
+        snap = Snapshot(deployments=deployments, jobs=jobs, probing=self.probe)
+        if deployments or jobs:  # nothing else matters without a Triton Deployment or engine build
             for field in ("pods", "events", "hpas", "kustomizations"):
                 setattr(snap, field, self.list_source(field)[0])
             snap.routes = self.routes(deployments)
         return snap
 
+    def _read_log(self, req) -> str | None:
+        """A failing container's log; None (and a note) when RBAC or the node's kubelet refuses it."""
+        try:
+            return self.kube.log(req.namespace, req.pod, req.container, previous=req.previous,
+                                 tail_lines=LOG_TAIL_LINES)
+        except ClusterError as err:
+            forbidden = err.message.startswith("forbidden")
+            key = "log-forbidden" if forbidden else f"log-{req.namespace}/{req.pod}"
+            why = "get pods/log is forbidden" if forbidden else err.message
+            self.note(key, f"not read: the log of {req.namespace}/{req.pod} ({why}); {LOG_ADDS} is missing, the "
+                           "diagnosis uses pod state and events")
+            return None
+
+    def _probe(self, ns: str, name: str, port: int, models: list[str], ready: bool) -> Probe | None:
+        """Triton's view through the pod proxy, or None once a probe was refused (RBAC) or a ready pod could not
+        be reached (a NetworkPolicy, a CNI dropping the API server's traffic): then the remaining pods are not
+        tried. A pod not ready yet that does not answer is still loading: no note, asked again later."""
+        if self._probe_skipped:
+            return None
+        try:
+            probe = probe_triton(self.kube, ns, name, port, models)
+        except ClusterError as err:
+            self._probe_skipped = True
+            why = f"get pods/proxy is forbidden in namespace {ns!r}" if err.message.startswith("forbidden") \
+                else err.message
+            self.note("probe", f"skipped: the Triton probe ({why}); it would add {PROBE_ADDS}")
+            return None
+        if probe.error and not ready:
+            return probe
+        if probe.error:
+            self._probe_skipped = True
+            self.note("probe", f"skipped: the Triton probe (the API server could not reach pod {ns}/{name}:{port}: "
+                               f"{probe.error}; a NetworkPolicy must admit the API server); it would add {PROBE_ADDS}")
+            return None
+        return probe
+
     def enrich(self, snap: Snapshot) -> Snapshot:
         """Add logs of failing containers and Triton probes (cached per container/pod state)."""
         snap.now = datetime.now(timezone.utc)
         for req in diag.log_requests(snap):
+            if req.key in self._log_failed:  # refused for this container instance: not asked again each tick
+                continue
             if req.key not in self._logs:
-                self._logs[req.key] = self.kube.log(req.namespace, req.pod, req.container, previous=req.previous,
-                                                    tail_lines=LOG_TAIL_LINES)
+                text = self._read_log(req)
+                if text is None:
+                    self._log_failed.add(req.key)
+                    continue
+                self._logs[req.key] = text
             snap.logs[req.target] = self._logs[req.key]
         if self.probe:
             by_name = {(p["metadata"]["namespace"], p["metadata"]["name"]): p for p in snap.pods}
@@ -131,8 +212,15 @@ class Collector:
                 key = _probe_key(by_name[(ns, name)])
                 cached = self._probes.get(key)
                 if cached is None or (not _probe_ok(cached[0]) and time.monotonic() - cached[1] >= REPROBE_S):
-                    self._probes[key] = cached = (probe_triton(self.kube, ns, name, port, models), time.monotonic())
+                    pod = by_name[(ns, name)]
+                    ready = any(c.get("type") == "Ready" and c.get("status") == "True"
+                                for c in (pod.get("status") or {}).get("conditions") or [])
+                    probe = self._probe(ns, name, port, models, ready)
+                    if probe is None:
+                        continue
+                    self._probes[key] = cached = (probe, time.monotonic())
                 snap.probes[(ns, name)] = cached[0]
+        snap.notes = list(self.notes.values())
         return snap
 
 
@@ -206,12 +294,14 @@ class Informer:
     def _run(self) -> None:
         c = self.collector
         resource, label_which, field_selector, namespaced = SOURCES[self.field]
+        resource, field_selector = c.watch_source.get(self.field, (resource, field_selector))
         ns = c.namespace if namespaced else (c.flux_namespace or "*")
+        failures = 0  # consecutive watches that ended in 410 or at once: each waits longer before the next
         try:
             while not self.stop.is_set():
                 if not self.rv:  # e.g. Flux not installed: nothing to watch
                     return
-                expired = False
+                expired, delivered, began = False, False, time.monotonic()
                 for ev in c.kube.watch(resource, ns, resource_version=self.rv, label_selector=c.selector(label_which),
                                        field_selector=field_selector, timeout_seconds=WATCH_TIMEOUT_S):
                     if self.stop.is_set():
@@ -222,6 +312,7 @@ class Informer:
                             expired = True
                             break
                         raise ClusterError(f"watch {resource}: {obj.get('message', 'error')}")
+                    delivered = True
                     self.rv = (obj.get("metadata") or {}).get("resourceVersion", self.rv)
                     if ev.get("type") == "BOOKMARK":
                         continue
@@ -231,11 +322,25 @@ class Informer:
                         else:
                             self.items[self._key(obj)] = obj
                     self.changes.put(self.field)
+                quick = not delivered and time.monotonic() - began < 1.0
+                failures = failures + 1 if (expired or quick) else 0
+                if failures and self.stop.wait(watch_backoff(failures)):
+                    return
                 if expired:
                     self._relist()
                     self.changes.put(self.field)
         except ClusterError as err:
+            if self.field in OPTIONAL and err.message.startswith("forbidden"):
+                return  # list allowed, watch not: the list read at the start stays
             self.changes.put(err)
+
+
+def watch_backoff(failures: int) -> float:
+    """Seconds to wait before re-listing/re-watching after `failures` consecutive 410s or empty watches:
+    0.5 s doubling to 30 s, with up to 20% jitter so many clients do not relist in step (client-go's
+    reflector backs off the same way)."""
+    base = min(WATCH_BACKOFF_MAX_S, WATCH_BACKOFF_S * 2 ** (failures - 1))
+    return base * (1 + 0.2 * random.random())
 
 
 def wait_for(collector: Collector, timeout_s: float, *, grace_s: float,
@@ -255,7 +360,9 @@ def wait_for(collector: Collector, timeout_s: float, *, grace_s: float,
         inf.thread.start()
     try:
         while True:
-            snap = Snapshot(**{f: informers[f].current() for f in SOURCES}, probing=collector.probe)
+            snap = Snapshot(probing=collector.probe)
+            for f in SOURCES:
+                setattr(snap, f, informers[f].current())
             if routes is None and diag.canaries(snap.deployments):
                 routes = collector.routes(snap.deployments)  # read once: weights change through git
             snap.routes = routes or []
@@ -321,9 +428,10 @@ def command(ctx: click.Context, models: tuple[str, ...], namespace: str | None, 
 
     \b
     Phases: Healthy, Progressing, Failed, Unknown. Exit codes: 0 all Healthy; 1 any Failed or Unknown;
-    3 still Progressing when --wait timed out; 2 usage errors, unreachable cluster, forbidden.
+    3 still Progressing when --wait timed out; 2 usage errors, unreachable cluster, Deployments or Pods
+    forbidden. Logs, events and the Triton probe are read when allowed; what was not is named in notes.
     JSON (-o json): {"healthy": bool, "models": [{"model", "namespace", "phase", "ready", "revision",
-    "reasons": [{"code", "message", "fix"}]}]}
+    "reasons": [{"code", "message", "fix"}]}], "notes": [str] (only when something was not read)}
     """
     from kubectl_triton.adapters import kube as kube_mod
 
@@ -360,7 +468,8 @@ def command(ctx: click.Context, models: tuple[str, ...], namespace: str | None, 
         where = "any namespace" if all_namespaces else f"namespace {kube.namespace}"
         click.echo(f"No Triton deployments found in {where}.", err=True)
     else:
-        click.echo(output.to_json(statuses) if output_format == "json" else output.to_text(statuses))
+        notes = list(collector.notes.values())
+        click.echo(output.to_json(statuses, notes) if output_format == "json" else output.to_text(statuses, notes))
     code = exit_code(statuses, timed_out)
     if timed_out and code == EXIT_TIMEOUT:
         click.echo(f"error: timed out after {timeout} waiting for the rollout", err=True)
