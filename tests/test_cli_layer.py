@@ -164,3 +164,18 @@ def test_every_code_the_example_repository_can_report_is_registered(run_cli, tmp
     res = run_cli("validate", str(repo), "-o", "json")
     codes = {f["code"] for f in json.loads(res.stdout)["findings"]}
     assert codes and codes <= {c.code for c in all_checks()}
+
+
+@pytest.mark.parametrize("placement", ["before", "after"])
+def test_status_yaml_and_namespace_flag_placement(run_cli, api, placement):  # noqa: F811
+    from tests.apiserver import healthy_model
+
+    healthy_model(api.cluster, "resnet50", ns="serving")
+    flags = ["--kubeconfig", str(api.kubeconfig_path), "-n", "serving"]
+    cmd = ["status", "--no-probe"]
+    args = flags + cmd if placement == "before" else cmd + flags
+    as_json, as_yaml = run_cli(*args, "-o", "json"), run_cli(*args, "-o", "yaml")
+    assert as_json.exit_code == as_yaml.exit_code == 0, as_json.stderr
+    doc = yaml.safe_load(as_yaml.stdout)
+    assert doc == json.loads(as_json.stdout)
+    assert [m["model"] for m in doc["models"]] == ["resnet50"] and doc["healthy"] is True

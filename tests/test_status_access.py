@@ -180,7 +180,7 @@ def test_a_loading_pod_that_does_not_answer_yet_is_no_note(run_cli, api):  # noq
 def test_watch_410_forever_backs_off(run_cli, api, monkeypatch):  # noqa: F811
     """A server that answers every watch with 410 Gone: the informers relist with growing waits, not in a loop
     (the issue measured 654 list+watch pairs in 6 s without backoff)."""
-    from kubectl_triton.cli.commands import status as cmd
+    from kubectl_triton.status import collect as cmd
 
     monkeypatch.setattr(cmd, "WATCH_BACKOFF_S", 0.2)
     api.cluster.apply(deployment(MODEL, ready=0, progressing=("True", "ReplicaSetUpdated")),

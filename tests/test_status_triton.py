@@ -110,7 +110,7 @@ def test_wait_turns_healthy_when_triton_is_ready(run_cli, api, servers):  # noqa
 
 def test_wait_asks_triton_again_until_it_answers(run_cli, api, servers, monkeypatch):  # noqa: F811
     """A pod reported ready before the proxy can reach Triton is probed again, not judged once."""
-    from kubectl_triton.cli.commands import status as status_cmd
+    from kubectl_triton.status import collect as status_cmd
 
     monkeypatch.setattr(status_cmd, "REPROBE_S", 0.5)
     ok, _ = servers

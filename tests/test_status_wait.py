@@ -138,7 +138,7 @@ def test_watch_resumes_after_expired_resource_version(api):  # noqa: F811
     import queue
 
     from kubectl_triton.adapters import kube
-    from kubectl_triton.cli.commands.status import Collector, Informer
+    from kubectl_triton.status.collect import Collector, Informer
 
     rollout_start(api)
     client = kube.connect(str(api.kubeconfig_path))

@@ -1,9 +1,8 @@
-"""Printing verdicts: a kubectl-style table with the fixes below it, or the documented JSON."""
+"""Printing `status` verdicts: a kubectl-style table with the fixes below it, or the documented document."""
 
 from __future__ import annotations
 
-import json
-
+from kubectl_triton.output.document import dumps
 from kubectl_triton.output.table import table
 from kubectl_triton.status.diagnose import short_revision
 from kubectl_triton.status.model import HEALTHY, ModelStatus
@@ -40,13 +39,17 @@ def _model_cell(s: ModelStatus) -> str:
     return f"{s.model} [{' '.join(parts)}]"
 
 
-def to_json(statuses: list[ModelStatus], notes: list[str] | None = None) -> str:
+def document(statuses: list[ModelStatus], notes: list[str] | None = None) -> dict:
     """{"healthy": bool, "models": [{model, namespace, phase, ready, revision, reasons: [...]}], "notes": [...]}
-    (notes only when something could not be read)."""
+    (notes only when something could not be read): the -o json / -o yaml document."""
     doc: dict = {"healthy": all(s.phase == HEALTHY for s in statuses), "models": [s.as_dict() for s in statuses]}
     if notes:
         doc["notes"] = list(notes)
-    return json.dumps(doc, indent=2)
+    return doc
+
+
+def to_json(statuses: list[ModelStatus], notes: list[str] | None = None) -> str:
+    return dumps(document(statuses, notes), "json")
 
 
 def progress_line(statuses: list[ModelStatus], elapsed: float) -> str:
