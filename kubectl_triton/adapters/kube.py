@@ -15,7 +15,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 from urllib.parse import quote
 
 from kubectl_triton.errors import ClusterError
@@ -164,6 +164,15 @@ class Kube:
             resp.release_conn()
 
     # -- helpers --------------------------------------------------------------------------------------
+    @overload
+    def list(self, resource: str, namespace: str | None = None, *, label_selector: str | None = None,
+             field_selector: str | None = None, page_size: int | None = None) -> tuple[list[dict], str]: ...
+
+    @overload
+    def list(self, resource: str, namespace: str | None = None, *, label_selector: str | None = None,
+             field_selector: str | None = None, tolerate: tuple[int, ...],
+             page_size: int | None = None) -> tuple[list[dict], str] | None: ...
+
     def list(self, resource: str, namespace: str | None = None, *, label_selector: str | None = None,
              field_selector: str | None = None, tolerate: tuple[int, ...] = (),
              page_size: int | None = None) -> tuple[list[dict], str] | None:
