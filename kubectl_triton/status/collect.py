@@ -10,10 +10,12 @@ import queue
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
+from typing import Protocol, overload
 from urllib.parse import quote
 
+from kubectl_triton.adapters.kube import ProxyResponse
 from kubectl_triton.errors import EXIT_FINDINGS, EXIT_OK, EXIT_TIMEOUT, ClusterError
 from kubectl_triton.status import FAILED, HEALTHY, UNKNOWN, ModelProbe, ModelStatus, Probe, Snapshot
 from kubectl_triton.status import diagnose as diag
@@ -44,11 +46,35 @@ PROBE_ADDS = "Triton's own per-model readiness and load errors"
 LOG_ADDS = "the cause quoted from the container log"
 
 
+
+class ClusterReader(Protocol):
+    """What `status` needs of a cluster client (kubectl_triton.adapters.kube.Kube is one): read-only calls."""
+
+    namespace: str
+
+    @overload
+    def list(self, resource: str, namespace: str | None = None, *, label_selector: str | None = None,
+             field_selector: str | None = None, page_size: int | None = None) -> tuple[list[dict], str]: ...
+
+    @overload
+    def list(self, resource: str, namespace: str | None = None, *, label_selector: str | None = None,
+             field_selector: str | None = None, tolerate: tuple[int, ...],
+             page_size: int | None = None) -> tuple[list[dict], str] | None: ...
+
+    def watch(self, resource: str, namespace: str | None = None, *, resource_version: str = "",
+              label_selector: str | None = None, field_selector: str | None = None,
+              timeout_seconds: int = 300) -> Iterator[dict]: ...
+
+    def log(self, namespace: str, pod: str, container: str, *, previous: bool = False,
+            tail_lines: int = 60) -> str: ...
+
+    def proxy_get(self, namespace: str, pod: str, port: int, path: str, timeout: float = 5.0) -> ProxyResponse: ...
+
 class Collector:
     """Reads the cluster into a Snapshot: five lists, then logs of failing containers and Triton probes.
     Logs and probes are cached by the state they were read for, so `--wait` re-reads only on change."""
 
-    def __init__(self, kube, namespace: str, models: tuple[str, ...], probe: bool) -> None:
+    def __init__(self, kube: ClusterReader, namespace: str, models: tuple[str, ...], probe: bool) -> None:
         self.kube = kube
         self.namespace = namespace  # a namespace or kube.ALL_NAMESPACES
         self.models = models
@@ -223,7 +249,7 @@ def _triton_error(body: str) -> str | None:
         return body.strip()[:200] or None
 
 
-def probe_triton(kube, namespace: str, pod: str, port: int, models: list[str]) -> Probe:
+def probe_triton(kube: ClusterReader, namespace: str, pod: str, port: int, models: list[str]) -> Probe:
     """Triton's own view through the API server's pod proxy (GET only): server readiness, then each
     expected model's readiness and, for a model that is not ready, Triton's error for it."""
     health = kube.proxy_get(namespace, pod, port, "/v2/health/ready")
