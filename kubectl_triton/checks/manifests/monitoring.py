@@ -81,3 +81,86 @@ def unknown_metrics(exprs: list[str], exporters: tuple[str, ...] | None = None,
         if bad:
             out[expr] = bad
     return out
+
+
+_TEMPLATE_FIELD = re.compile(r"<<\s*(.*?)\s*>>", re.S)
+ADAPTER_FIELDS = ("Series", "LabelMatchers", "GroupBy")
+
+
+class AdapterTemplateError(ValueError):
+    """A prometheus-adapter metricsQuery uses template features this renderer does not reproduce."""
+
+
+def _go_quote(value: str) -> str:
+    """Go's %q for the label values the adapter writes (ASCII: backslash, quote and control escapes)."""
+    out = []
+    for ch in value:
+        if ch in '"\\':
+            out.append("\\" + ch)
+        elif ch == "\n":
+            out.append("\\n")
+        elif ch == "\t":
+            out.append("\\t")
+        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
+            out.append(f"\\x{ord(ch):02x}")
+        else:
+            out.append(ch)
+    return '"' + "".join(out) + '"'
+
+
+def adapter_pods_query(metrics_query: str, series: str, namespace: str, pods: list[str],
+                       metric_selector: dict[str, str] | None = None, namespace_label: str = "namespace",
+                       pod_label: str = "pod") -> str:
+    """The PromQL prometheus-adapter sends for an HPA `Pods` metric (custom metrics API, resource pods).
+
+    As the adapter's naming.metricsQuery.Build does: LabelMatchers are the HPA's metric selector (sorted by
+    label, `=`), then `namespace="NS"`, then the pod label (`=` for one pod, `=~"a|b"` for several); GroupBy is
+    the pod label; Series the series name its seriesQuery discovered. Only `<<.Field>>` substitutions are
+    reproduced; any other template action raises AdapterTemplateError."""
+    if not pods:
+        raise ValueError("the adapter queries at least one pod")
+    matchers = [f"{k}={_go_quote(v)}" for k, v in sorted((metric_selector or {}).items())]
+    matchers.append(f"{namespace_label}={_go_quote(namespace)}")
+    if len(pods) == 1:
+        matchers.append(f"{pod_label}={_go_quote(pods[0])}")
+    else:
+        matchers.append(f"{pod_label}=~{_go_quote('|'.join(pods))}")
+    args = {"Series": series, "LabelMatchers": ",".join(matchers), "GroupBy": pod_label}
+
+    def field(m: re.Match[str]) -> str:
+        name = m.group(1)
+        if not name.startswith(".") or name[1:] not in args:
+            raise AdapterTemplateError(f"unsupported template action <<{name}>> (only "
+                                       + ", ".join(f"<<.{f}>>" for f in ADAPTER_FIELDS) + ")")
+        return args[name[1:]]
+
+    return _TEMPLATE_FIELD.sub(field, metrics_query)
+
+
+def adapter_metric_name(rule: dict, series: str) -> str | None:
+    """The custom metric name an adapter rule gives a discovered series (name.matches / name.as, Go regexp
+    expansion with $0/$1), None when the series does not match."""
+    name = rule.get("name") or {}
+    pattern = re.compile(name.get("matches") or ".*")
+    m = pattern.search(series)
+    if m is None:
+        return None
+    template = name.get("as") or ("$0" if pattern.groups == 0 else "$1")
+    return re.sub(r"\$\{?(\d+)\}?", lambda g: m.group(int(g.group(1))) or "", template)
+
+
+def hpa_desired_replicas(current_replicas: int, values: list[float], target: float, min_replicas: int,
+                         max_replicas: int, tolerance: float = 0.1) -> int:
+    """The HPA's replica count for a Pods metric with an AverageValue target (kube-controller-manager's
+    replica calculator): ceil(current x average/target), kept when within the 10% tolerance, then bounded
+    by minReplicas/maxReplicas. Pods without a value are left out of the average here."""
+    if not values:
+        return max(min_replicas, min(current_replicas, max_replicas))
+    import math
+
+    usage_ratio = (sum(values) / len(values)) / target
+    if abs(1.0 - usage_ratio) <= tolerance:
+        desired = current_replicas
+    else:
+        desired = math.ceil(usage_ratio * len(values))
+    return max(min_replicas, min(desired, max_replicas))
