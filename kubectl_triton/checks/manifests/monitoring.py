@@ -159,8 +159,6 @@ def hpa_desired_replicas(current_replicas: int, values: list[float], target: flo
     import math
 
     usage_ratio = (sum(values) / len(values)) / target
-    if abs(1.0 - usage_ratio) <= tolerance:
-        desired = current_replicas
-    else:
-        desired = math.ceil(usage_ratio * len(values))
+    within = abs(1.0 - usage_ratio) <= tolerance
+    desired = current_replicas if within else math.ceil(usage_ratio * len(values))
     return max(min_replicas, min(desired, max_replicas))
