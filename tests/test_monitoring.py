@@ -290,3 +290,63 @@ def test_hpa_replica_formula():
     assert monitoring.hpa_desired_replicas(2, [1.05, 1.0], 1.0, 1, 10) == 2
     assert monitoring.hpa_desired_replicas(4, [0.0] * 4, 1.0, 1, 10) == 1
     assert monitoring.hpa_desired_replicas(1, [50.0], 1.0, 1, 4) == 4
+
+
+# --- validate: monitors and rules the repository's Prometheus would not select --------------------------------
+
+
+def _not_selected(run_cli, root: Path) -> list[dict]:
+    result = run_cli("validate", str(root), "--no-compat", "-o", "json")
+    doc = json.loads(result.stdout)
+    return [f for f in doc["findings"] if f["code"] == "MonitorNotSelected"]
+
+
+def test_validate_reports_monitors_and_rules_its_prometheus_would_not_select(run_cli, repo_copy: Path):
+    assert _not_selected(run_cli, repo_copy) == []
+    monitor = repo_copy / "base/triton/servicemonitor.yaml"
+    monitor.write_text(monitor.read_text().replace("    release: kube-prometheus-stack\n", ""))
+    rule = repo_copy / "base/monitoring/prometheusrule.yaml"
+    rule.write_text(rule.read_text().replace("    release: kube-prometheus-stack\n", "    release: prometheus\n"))
+    gpu = repo_copy / "clusters/production/infrastructure/helmrelease-gpu-operator.yaml"
+    gpu.write_text(gpu.read_text().replace("        additionalLabels:\n          release: kube-prometheus-stack\n",
+                                           ""))
+    found = _not_selected(run_cli, repo_copy)
+    by_object = {(f["path"], f["object"]) for f in found}
+    assert ("overlays/image-classifier/l4", "ServiceMonitor/triton/image-classifier-triton") in by_object
+    assert ("base/monitoring", "PrometheusRule/monitoring/triton") in by_object
+    assert ("clusters/production/infrastructure", "HelmRelease/flux-system/gpu-operator") in by_object
+    overlays_with_monitors = {p for p, o in by_object if o.startswith("ServiceMonitor/")}
+    assert len(overlays_with_monitors) >= 5
+    assert all(f["severity"] == "warning" and "release=kube-prometheus-stack" in f["message"] for f in found)
+    # a Prometheus told to select every rule (no Helm-values selector) accepts the relabelled rule
+    stack = repo_copy / "clusters/production/infrastructure/helmrelease-kube-prometheus-stack.yaml"
+    stack.write_text(stack.read_text().replace("ruleSelectorNilUsesHelmValues: true",
+                                               "ruleSelectorNilUsesHelmValues: false"))
+    assert not any(f["object"].startswith("PrometheusRule/") for f in _not_selected(run_cli, repo_copy))
+
+
+def test_prometheus_selectors_follow_the_charts_template():
+    release = {"metadata": {"name": "kps"}, "spec": {"targetNamespace": "monitoring", "values": {"prometheus": {
+        "prometheusSpec": {"podMonitorSelector": {"matchExpressions": [{"key": "team", "operator": "In",
+                                                                          "values": ["ml"]}]},
+                           "ruleSelectorNilUsesHelmValues": False}}}}}
+    sel = monitoring.stack_selectors(release)
+    # Flux names the Helm release [targetNamespace-]name when releaseName is not set
+    assert sel["ServiceMonitor"] == {"matchLabels": {"release": "monitoring-kps"}}
+    assert sel["PrometheusRule"] == {}
+    assert monitoring.selector_matches(sel["PodMonitor"], {"team": "ml"})
+    assert not monitoring.selector_matches(sel["PodMonitor"], {"team": "web"})
+    assert monitoring.selector_matches(sel["PrometheusRule"], {})
+
+
+def test_tensorrtllm_component_scales_on_the_batchers_signals_the_adapter_serves(repo_copy: Path):
+    overlay = repo_copy / "overlays/llama3-8b/h100-80gb/kustomization.yaml"
+    text = overlay.read_text()
+    assert "components:\n" in text
+    overlay.write_text(text.replace("components:\n", "components:\n  - ../../autoscaling/tensorrtllm\n", 1))
+    [hpa] = [o for o in yamlio.loads_all(kustomize.build(overlay.parent).yaml, "llama")
+             if o["kind"] == "HorizontalPodAutoscaler"]
+    assert schemas.validate_object(hpa) == []
+    names = {m["pods"]["metric"]["name"] for m in hpa["spec"]["metrics"]}
+    adapter = {r["name"]["as"] for r in _infrastructure()["prometheus-adapter"]["spec"]["values"]["rules"]["custom"]}
+    assert names == {"triton_trtllm_waiting_requests", "triton_trtllm_kv_cache_utilization"} and names <= adapter

@@ -1,13 +1,26 @@
-"""Which metric names dashboards and alert rules may use: the exporters' names, kept as data
-(data/metrics.yaml), and the metric names a PromQL expression or a Grafana dashboard references."""
+"""Monitoring: which metric names dashboards and alert rules may use (the exporters' names, kept as data in
+data/metrics.yaml, and the names a PromQL expression or a Grafana dashboard references); the queries
+prometheus-adapter renders for an HPA and the HPA's replica formula; and, for `validate`, whether the Prometheus of
+the repository's kube-prometheus-stack HelmRelease selects every ServiceMonitor, PodMonitor and PrometheusRule."""
 
 from __future__ import annotations
 
 import re
 from functools import cache
+from pathlib import Path
 from typing import Any
 
-SUFFIXES = {"summary": ("", "_sum", "_count"), "histogram": ("_bucket", "_sum", "_count")}
+from kubectl_triton.checks.findings import Finding
+from kubectl_triton.checks.registry import register
+from kubectl_triton.formats.schemas import object_id
+
+NOT_SELECTED = register("MonitorNotSelected", "warning", "repository",
+                        "a ServiceMonitor, PodMonitor or PrometheusRule (or the GPU Operator's DCGM ServiceMonitor) "
+                        "lacks the labels the repository's Prometheus selects it by: never scraped or loaded",
+                        "add the selector's labels (kube-prometheus-stack: release: <its Helm release name>) to "
+                        "its metadata.labels (dcgmExporter.serviceMonitor.additionalLabels for DCGM)")
+
+SUFFIXES: dict[str, tuple[str, ...]] = {"summary": ("", "_sum", "_count"), "histogram": ("_bucket", "_sum", "_count")}
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'|`[^`]*`')
 _GROUPING = re.compile(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)")
 _IDENT = re.compile(r"(?<![\w:$.])[a-zA-Z_:][\w:]*(?![\w:])")
@@ -28,11 +41,11 @@ def catalog() -> dict[str, dict[str, dict[str, Any]]]:
 
 def known_names(exporters: tuple[str, ...] | None = None) -> set[str]:
     """Every series name the exporters produce (summaries with _sum and _count)."""
-    names = set()
+    names: set[str] = set()
     for exporter, metrics in catalog().items():
         if exporters is None or exporter in exporters:
             for name, info in metrics.items():
-                names.update(name + s for s in SUFFIXES.get(info.get("type"), ("",)))
+                names.update(name + s for s in SUFFIXES.get(str(info.get("type")), ("",)))
     return names
 
 
@@ -55,7 +68,7 @@ def promql_metrics(expr: str) -> set[str]:
 def dashboard_queries(dashboard: dict) -> list[str]:
     """Every PromQL expression of a Grafana dashboard: panel targets (rows' nested panels too) and the
     metric of each label_values() template variable."""
-    exprs = []
+    exprs: list[str] = []
 
     def panels(items: list) -> None:
         for p in items or []:
@@ -72,7 +85,7 @@ def dashboard_queries(dashboard: dict) -> list[str]:
 
 
 def unknown_metrics(exprs: list[str], exporters: tuple[str, ...] | None = None,
-                    recorded: set[str] = frozenset()) -> dict[str, set[str]]:
+                    recorded: set[str] | frozenset[str] = frozenset()) -> dict[str, set[str]]:
     """expr -> metric names it uses that no exporter (nor a recording rule in `recorded`) produces."""
     known = known_names(exporters) | set(recorded)
     out = {}
@@ -162,3 +175,99 @@ def hpa_desired_replicas(current_replicas: int, values: list[float], target: flo
     within = abs(1.0 - usage_ratio) <= tolerance
     desired = current_replicas if within else math.ceil(usage_ratio * len(values))
     return max(min_replicas, min(desired, max_replicas))
+
+
+# kube-prometheus-stack's prometheusSpec keys, per kind the Prometheus selects
+SELECTOR_KEYS = {"ServiceMonitor": "serviceMonitor", "PodMonitor": "podMonitor", "PrometheusRule": "rule"}
+STACK_CHART = "kube-prometheus-stack"
+
+
+def _dict(value: Any) -> dict:
+    return value if isinstance(value, dict) else {}
+
+
+def helm_release_name(release: dict) -> str:
+    """The Helm release name Flux installs a HelmRelease as: spec.releaseName, else [targetNamespace-]name."""
+    spec, meta = _dict(release.get("spec")), _dict(release.get("metadata"))
+    if spec.get("releaseName"):
+        return str(spec["releaseName"])
+    name = str(meta.get("name", ""))
+    return f"{spec['targetNamespace']}-{name}" if spec.get("targetNamespace") else name
+
+
+def _chart(release: dict) -> str:
+    return str(_dict(_dict(_dict(release.get("spec")).get("chart")).get("spec")).get("chart", ""))
+
+
+def stack_selectors(release: dict) -> dict[str, dict]:
+    """kind -> the label selector kube-prometheus-stack's Prometheus gets from this HelmRelease's values, as the
+    chart's prometheus.yaml template writes it: an explicit <kind>Selector wins; else, with
+    <kind>SelectorNilUsesHelmValues (default true), matchLabels release: <Helm release name>; else {} (all)."""
+    spec = _dict(_dict(_dict(_dict(release.get("spec")).get("values")).get("prometheus")).get("prometheusSpec"))
+    out = {}
+    for kind, key in SELECTOR_KEYS.items():
+        explicit = spec.get(f"{key}Selector")
+        if isinstance(explicit, dict) and explicit:
+            out[kind] = explicit
+        elif spec.get(f"{key}SelectorNilUsesHelmValues", True) is not False:
+            out[kind] = {"matchLabels": {"release": helm_release_name(release)}}
+        else:
+            out[kind] = {}
+    return out
+
+
+def selector_matches(selector: dict, labels: dict) -> bool:
+    """A Kubernetes label selector (matchLabels, matchExpressions) against a label map."""
+    labels = {str(k): str(v) for k, v in _dict(labels).items()}
+    for key, value in _dict(selector.get("matchLabels")).items():
+        if labels.get(str(key)) != str(value):
+            return False
+    for expr in selector.get("matchExpressions") or []:
+        expr = _dict(expr)
+        key, op, values = str(expr.get("key")), expr.get("operator"), [str(v) for v in expr.get("values") or []]
+        if ((op == "In" and labels.get(key) not in values) or (op == "NotIn" and labels.get(key) in values)
+                or (op == "Exists" and key not in labels) or (op == "DoesNotExist" and key in labels)):
+            return False
+    return True
+
+
+def _describe(selector: dict) -> str:
+    parts = [f"{k}={v}" for k, v in sorted(_dict(selector.get("matchLabels")).items())]
+    parts += [f"{_dict(e).get('key')} {_dict(e).get('operator')} {_dict(e).get('values') or ''}".strip()
+              for e in selector.get("matchExpressions") or []]
+    return ", ".join(parts)
+
+
+def check(root: Path, targets: list[Any]) -> list[Finding]:
+    """MonitorNotSelected for every rendered monitor or rule that the Prometheus of the repository's
+    kube-prometheus-stack HelmRelease (install mode) would not select. Without such a HelmRelease (an existing
+    Prometheus the repository does not describe) nothing is judged."""
+    releases = [(t, o) for t in targets for o in t.objects
+                if o.get("kind") == "HelmRelease" and _chart(o) == STACK_CHART]
+    if not releases:
+        return []
+    out: list[Finding] = []
+    for rel_target, release in releases:
+        selectors = stack_selectors(release)
+        who = f"the Prometheus of HelmRelease {helm_release_name(release)} ({rel_target.rel})"
+        for target in targets:
+            for obj in target.objects:
+                selector = selectors.get(str(obj.get("kind")))
+                if selector is None or not str(obj.get("apiVersion", "")).startswith("monitoring.coreos.com/"):
+                    continue
+                if not selector_matches(selector, _dict(_dict(obj.get("metadata")).get("labels"))):
+                    out.append(NOT_SELECTED.finding(f"{who} selects {obj['kind']}s by {_describe(selector)}; this "
+                                                    "one is never used", path=target.rel, object=object_id(obj)))
+        monitor_selector = selectors["ServiceMonitor"]
+        for target in targets:
+            for obj in target.objects:
+                if obj.get("kind") != "HelmRelease" or _chart(obj) != "gpu-operator":
+                    continue
+                dcgm = _dict(_dict(_dict(_dict(obj.get("spec")).get("values")).get("dcgmExporter")).get(
+                    "serviceMonitor"))
+                if dcgm.get("enabled") and not selector_matches(monitor_selector, _dict(dcgm.get("additionalLabels"))):
+                    out.append(NOT_SELECTED.finding(
+                        f"the DCGM exporter ServiceMonitor of this GPU Operator lacks {_describe(monitor_selector)}, "
+                        f"which {who} selects ServiceMonitors by: GPU metrics are never scraped",
+                        path=target.rel, object=object_id(obj)))
+    return out
