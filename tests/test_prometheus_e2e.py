@@ -438,6 +438,21 @@ def test_every_dashboard_panel_returns_series_with_its_legend_labels(chain: Chai
     assert checked >= 8
 
 
+def test_every_dashboard_variable_finds_values(chain: Chain):
+    variables = [v for v in chain.dashboard["templating"]["list"] if v.get("type") == "query"]
+    assert variables
+    for var in variables:
+        query = var["query"]["query"] if isinstance(var["query"], dict) else var["query"]
+        m = re.fullmatch(r"label_values\((.+),\s*(\w+)\)", query)
+        assert m, query
+        series = chain.prometheus.api("series", **{"match[]": _grafana(m.group(1)),
+                                                  "start": f"{time.time() - 600:.0f}"})
+        values = {s[m.group(2)] for s in series if m.group(2) in s}
+        assert values, f"variable {var['name']}: {query} finds no values"
+        expected = chain.namespace if var["name"] == "namespace" else MODEL
+        assert expected in values, (var["name"], values)
+
+
 def test_every_rule_and_alert_expression_runs_and_the_queue_alert_sees_the_overload(chain: Chain):
     rules = [r for g in chain.prometheus_rule["spec"]["groups"] for r in g["rules"]]
     results = {r.get("alert") or r["record"]: chain.prometheus.query(r["expr"]) for r in rules}
