@@ -140,3 +140,44 @@ def test_triton_counts_failures_as_the_unit_tests_say(install, tmp_path: Path):
     # each ensemble answered 3 failed requests and counts 6 failures, no success
     assert (n("success", "ens_errresp"), n("failure", "ens_errresp")) == (0, 6)
     assert (n("success", "ens_raises"), n("failure", "ens_raises")) == (0, 6)
+
+
+def test_the_tensorrtllm_adapter_queries_compute_what_their_names_say(tmp_path: Path):
+    """No TensorRT-LLM server runs here: the adapter's LLM queries, rendered as the adapter renders them, are
+    evaluated by promtool's PromQL engine on series shaped as the backend documents them."""
+    from kubectl_triton.adapters import kustomize
+    from kubectl_triton.checks.manifests import monitoring
+    from kubectl_triton.formats import yamlio
+
+    promtool = _promtool()
+    docs = yamlio.loads_all(kustomize.build(REPO / "clusters/production/infrastructure").yaml, "infrastructure")
+    [adapter] = [d for d in docs if d["kind"] == "HelmRelease" and d["metadata"]["name"] == "prometheus-adapter"]
+    rules = {r["name"]["as"]: r for r in adapter["spec"]["values"]["rules"]["custom"]}
+    pods = ["llama3-8b-triton-6d5-klmno", "llama3-8b-triton-6d5-pqrst"]
+
+    def query(name: str) -> str:
+        series = re.match(r"\w+", rules[name]["seriesQuery"]).group(0)
+        return monitoring.adapter_pods_query(rules[name]["metricsQuery"], series, "triton", pods)
+
+    def series(metric: str, pod: str, kind: str, value: float) -> dict:
+        label = "request_type" if metric == "nv_trt_llm_request_metrics" else "kv_cache_block_type"
+        return {"series": f'{metric}{{namespace="triton",pod="{pod}",model="tensorrt_llm",version="1",'
+                          f'{label}="{kind}"}}', "values": f"{value}x5"}
+
+    inputs = [series("nv_trt_llm_request_metrics", pods[0], "waiting", 3),
+              series("nv_trt_llm_request_metrics", pods[0], "active", 64),
+              series("nv_trt_llm_request_metrics", pods[1], "waiting", 0),
+              series("nv_trt_llm_kv_cache_block_metrics", pods[0], "used", 800),
+              series("nv_trt_llm_kv_cache_block_metrics", pods[0], "max", 1000),
+              series("nv_trt_llm_kv_cache_block_metrics", pods[1], "used", 100),
+              series("nv_trt_llm_kv_cache_block_metrics", pods[1], "max", 1000),
+              # another Deployment's pod: not asked for
+              series("nv_trt_llm_request_metrics", "other-triton-1", "waiting", 50)]
+    expect = {"triton_trtllm_waiting_requests": [3, 0], "triton_trtllm_kv_cache_utilization": [0.8, 0.1]}
+    test = {"evaluation_interval": "1m", "tests": [{"interval": "1m", "input_series": inputs, "promql_expr_test": [
+        {"expr": query(name), "eval_time": "2m",
+         "exp_samples": [{"labels": f'{{pod="{pod}"}}', "value": v} for pod, v in zip(pods, values, strict=True)]}
+        for name, values in expect.items()]}]}
+    (tmp_path / "adapter.test.yaml").write_text(yaml.safe_dump(test, sort_keys=False), encoding="utf-8")
+    result = _run(promtool, "test", "rules", "adapter.test.yaml", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
