@@ -5,8 +5,10 @@ the repository's kube-prometheus-stack HelmRelease selects every ServiceMonitor,
 
 from __future__ import annotations
 
+import math
 import re
 from functools import cache
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -32,11 +34,9 @@ _LABEL_VALUES = re.compile(r"label_values\(\s*([a-zA-Z_:][\w:]*)")
 @cache
 def catalog() -> dict[str, dict[str, dict[str, Any]]]:
     """exporter -> metric name -> {type, cpu?, help}."""
-    from importlib import resources
-
     import yaml
 
-    return yaml.safe_load(resources.files("kubectl_triton").joinpath("data", "metrics.yaml").read_text("utf-8"))
+    return yaml.safe_load((resources.files("kubectl_triton") / "data" / "metrics.yaml").read_text("utf-8"))
 
 
 def known_names(exporters: tuple[str, ...] | None = None) -> set[str]:
@@ -169,8 +169,6 @@ def hpa_desired_replicas(current_replicas: int, values: list[float], target: flo
     by minReplicas/maxReplicas. Pods without a value are left out of the average here."""
     if not values:
         return max(min_replicas, min(current_replicas, max_replicas))
-    import math
-
     usage_ratio = (sum(values) / len(values)) / target
     within = abs(1.0 - usage_ratio) <= tolerance
     desired = current_replicas if within else math.ceil(usage_ratio * len(values))
