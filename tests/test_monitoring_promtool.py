@@ -181,3 +181,42 @@ def test_the_tensorrtllm_adapter_queries_compute_what_their_names_say(tmp_path: 
     (tmp_path / "adapter.test.yaml").write_text(yaml.safe_dump(test, sort_keys=False), encoding="utf-8")
     result = _run(promtool, "test", "rules", "adapter.test.yaml", cwd=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_keda_queries_wake_on_the_models_route_and_sum_its_pods(tmp_path: Path, repo_copy: Path):
+    """The ScaledObject of a model added with --autoscaler keda, rendered; its two queries evaluated by promtool:
+    the ratio trigger sums this Service's pods only, the wake-up trigger counts this route's requests (also those
+    that found no endpoint) and reads 0, not nothing, when the Gateway has seen none."""
+    from kubectl_triton.adapters import kustomize
+    from kubectl_triton.formats import yamlio
+
+    promtool = _promtool()
+    overlay = repo_copy / "overlays/text-embedder/a10g/kustomization.yaml"
+    overlay.write_text(overlay.read_text().replace("components:\n", "components:\n  - ../../autoscaling/keda\n", 1)
+                       + "replacements:\n  - path: ../../autoscaling/keda/replacements.yaml\n")
+    [so] = [o for o in yamlio.loads_all(kustomize.build(overlay.parent).yaml, "keda") if o["kind"] == "ScaledObject"]
+    queries = {t["name"]: t["metadata"]["query"] for t in so["spec"]["triggers"]}
+
+    def ratio(service: str, pod: str, value: float) -> dict:
+        return {"series": f'triton:queue_compute:ratio{{namespace="triton",service="{service}",pod="{pod}",'
+                          f'model="text_embedder"}}', "values": f"{value}x10"}
+
+    def envoy(metric: str, route: str, per_min: float) -> dict:
+        return {"series": f'{metric}{{envoy_cluster_name="httproute/triton/{route}/rule/0"}}',
+                "values": f"0+{per_min}x10"}
+
+    busy = [ratio("text-embedder-triton", "a", 1.5), ratio("text-embedder-triton", "b", 0.5),
+            ratio("image-classifier-triton", "c", 9),
+            envoy("envoy_cluster_upstream_cx_none_healthy", "text-embedder", 60),  # 1/s found no endpoint
+            envoy("envoy_cluster_upstream_rq_total", "image-classifier", 600)]
+    idle = [ratio("image-classifier-triton", "c", 9), envoy("envoy_cluster_upstream_rq_total", "image-classifier", 600)]
+    test = {"evaluation_interval": "1m", "tests": [
+        {"interval": "1m", "input_series": busy, "promql_expr_test": [
+            {"expr": queries["queue-compute-ratio"], "eval_time": "5m", "exp_samples": [{"labels": "{}", "value": 2}]},
+            {"expr": queries["wake-up"], "eval_time": "5m", "exp_samples": [{"labels": "{}", "value": 1}]}]},
+        {"interval": "1m", "input_series": idle, "promql_expr_test": [
+            {"expr": queries["queue-compute-ratio"], "eval_time": "5m", "exp_samples": []},
+            {"expr": queries["wake-up"], "eval_time": "5m", "exp_samples": [{"labels": "{}", "value": 0}]}]}]}
+    (tmp_path / "keda.test.yaml").write_text(yaml.safe_dump(test, sort_keys=False), encoding="utf-8")
+    result = _run(promtool, "test", "rules", "keda.test.yaml", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
