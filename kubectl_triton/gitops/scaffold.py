@@ -105,6 +105,7 @@ class Options:
     image_tag: str = DEFAULT_IMAGE_TAG
     llm: LlmOptions = field(default_factory=LlmOptions)
     steps: tuple[Step, ...] = ()
+    autoscaler: str = "hpa"  # "keda": the overlays include overlays/autoscaling/keda (scale to zero)
 
 
 @dataclass(frozen=True)
@@ -734,9 +735,13 @@ def serving_kustomization(opts: Options, gpu: str) -> str:
     components = Y.seq(["../model", f"../../gpus/{gpu}"])
     if parse_artifact(opts.artifact, opts.name)["source"] == "s3":
         components.append("../../artifacts/s3")
+    if opts.autoscaler == "keda":  # scale to zero: a KEDA ScaledObject instead of the base HPA
+        components.append("../../autoscaling/keda")
     doc = Y.mapping(apiVersion="kustomize.config.k8s.io/v1beta1", kind="Kustomization", namespace="triton",
                     namePrefix=f"{opts.name}-", labels=_instance_labels(opts.name),
                     resources=Y.seq(["../../../base/triton"]), components=components)
+    if opts.autoscaler == "keda":
+        doc["replacements"] = Y.seq([Y.mapping(path="../../autoscaling/keda/replacements.yaml")])
     world = opts.llm.tp * opts.llm.pp if opts.backend == "tensorrtllm" else 1
     if world > 1:
         op = Y.seq([Y.mapping(op="replace", path="/spec/template/spec/containers/0/resources/limits/nvidia.com~1gpu",

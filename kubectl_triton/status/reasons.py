@@ -34,8 +34,9 @@ FIXES: dict[str, str] = {
                       "reasons here and the container log.",
     "ModelNotReady": "Fix the model Triton reports as not ready (its config or files in the repository), "
                      "then merge; `kubectl triton check-models` loads it locally.",
-    "HPAMetricUnavailable": "The HPA cannot read avg_time_queue_us: check that prometheus-adapter serves the "
-                            "custom metric and the ServiceMonitor scrapes Triton's metrics port.",
+    "HPAMetricUnavailable": "The HPA cannot read its custom metric (triton_queue_compute_ratio): check that "
+                            "prometheus-adapter serves it and that Prometheus scrapes Triton's metrics port (the "
+                            "ServiceMonitor needs the label its Prometheus selects: `kubectl triton validate`).",
     "HPAUnableToScale": "The HPA cannot act on the Deployment (read or update its scale, or its selector): check "
                         "scaleTargetRef names the Deployment and the HPA controller's rights; replicas stay as they "
                         "are meanwhile.",

@@ -137,7 +137,8 @@ def check_overlay(source: str, objects: Iterable[dict], facts: ModelFacts,
             if metric.get("type") == "Resource" and (metric.get("resource") or {}).get("name") in ("cpu", "memory"):
                 out.append(_f(WARNING, "HPAOnCPU", "HPA scales on "
                               f"{metric['resource']['name']}: a GPU-bound Triton's CPU says nothing about its "
-                              "load; scale on queue time per request (avg_time_queue_us from prometheus-adapter)",
+                              "load; scale on its queue-to-compute ratio (triton_queue_compute_ratio, "
+                              "served by prometheus-adapter)",
                               source, hpa))
     return out
 

@@ -63,6 +63,8 @@ _LLM = "TensorRT-LLM (--backend tensorrtllm): "
               help=", ".join(SCHEDULER_POLICIES) + ".")
 @click.option("--streaming/--no-streaming", default=True, show_default=True,
               help=_LLM + "decoupled tensorrt_llm model and a `stream` input.")
+@click.option("--autoscaler", type=click.Choice(["hpa", "keda"]), default="hpa", show_default=True,
+              help="hpa: HorizontalPodAutoscaler on the queue-to-compute ratio; keda: KEDA, scaling to zero.")
 @click.option("--dry-run", is_flag=True, help="Print the files it would write; write nothing.")
 @click.option("--force", is_flag=True, help="Rewrite an existing model's files (only that model's).")
 @click.option("--repo", "repo_dir", type=click.Path(path_type=Path), default=None,
@@ -73,7 +75,7 @@ def command(name: str, backend: str, gpus: tuple[str, ...], cluster: str | None,
             steps: tuple[str, ...], image_tag: str, model_family: str, hf_model: str | None,
             tokenizer_dir: str | None, engine_dir: str | None, tp: int, pp: int, dtype: str, quantization: str,
             max_input_len: int, max_seq_len: int, max_num_tokens: int, kv_cache_free_gpu_mem_fraction: float,
-            batch_scheduler_policy: str, streaming: bool, dry_run: bool, force: bool,
+            batch_scheduler_policy: str, streaming: bool, autoscaler: str, dry_run: bool, force: bool,
             repo_dir: Path | None) -> None:
     """Scaffold model NAME: models/NAME/ (config.pbtxt, model.yaml), overlays/NAME/ (one overlay per --gpu,
     plus the engine build for tensorrtllm) and its Flux Kustomizations, registered in
@@ -90,7 +92,7 @@ def command(name: str, backend: str, gpus: tuple[str, ...], cluster: str | None,
                    max_queue_delay_us=max_queue_delay_us, instances=instances, version=version, artifact=artifact,
                    inputs=tuple(parse_tensor(t, "--input") for t in inputs),
                    outputs=tuple(parse_tensor(t, "--output") for t in outputs), image_tag=image_tag, llm=llm,
-                   steps=tuple(parse_step(s) for s in steps))
+                   steps=tuple(parse_step(s) for s in steps), autoscaler=autoscaler)
     todo = plan(opts, read_facts(root, opts, cluster), force=force)
     apply_plan(root, todo, dry_run)
     if dry_run:
