@@ -4,9 +4,17 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: install test lint render bench fuzz dist clean
+.PHONY: install system-deps test lint render bench fuzz dist clean
 
-install: $(BIN)/kubectl-triton
+install: system-deps $(BIN)/kubectl-triton
+
+# Debian packages the tests run (CI is root on Debian): mpirun (openmpi-bin) and `ip netns` (iproute2) for the
+# multi-node bootstrap test, ssh-keygen (openssh-client) for its key. A no-op when every command is present.
+SYSTEM_DEPS := mpirun:openmpi-bin ip:iproute2 ssh-keygen:openssh-client
+system-deps:
+	@missing=""; for dep in $(SYSTEM_DEPS); do command -v $${dep%%:*} >/dev/null 2>&1 || missing="$$missing $${dep#*:}"; \
+	done; if [ -n "$$missing" ]; then echo "installing:$$missing"; apt-get update -qq && \
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; fi
 
 $(BIN)/kubectl-triton: setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
