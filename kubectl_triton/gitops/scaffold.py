@@ -38,6 +38,11 @@ EXECUTOR_WORKER = "/opt/tritonserver/backends/tensorrtllm/trtllmExecutorWorker"
 LLM_MODELS = ("ensemble", "preprocessing", "tensorrt_llm", "postprocessing")
 # Longest NAME: the Service "NAME-triton" must be a DNS-1035 label (63 characters at most).
 MAX_NAME = 63 - len("-triton")
+# Multi-node: the LeaderWorkerSet NAME-triton-group makes StatefulSets NAME-triton-group-G whose pods carry the
+# label controller-revision-hash=<StatefulSet>-<10 characters>, a label value of 63 characters at most.
+LWS_SUFFIX = "-triton-group"
+MAX_MULTINODE_NAME = 63 - len(LWS_SUFFIX) - len("-0-") - 10
+MULTINODE_BASE = "base/triton-multinode"
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 _TENSOR_NAME = re.compile(r"[A-Za-z0-9_.\-]+")
 _IMAGE_TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,100}")
@@ -84,6 +89,8 @@ class LlmOptions:
     kv_cache_free_gpu_mem_fraction: float = 0.85
     batch_scheduler_policy: str = "max_utilization"
     streaming: bool = True
+    nodes: int = 1  # > 1: a LeaderWorkerSet group of this many pods (base/triton-multinode)
+    gpus_per_node: int | None = None  # None: the GPU catalog's gpus_per_node for the GPU type
 
 
 @dataclass(frozen=True)
@@ -105,6 +112,7 @@ class Options:
     image_tag: str = DEFAULT_IMAGE_TAG
     llm: LlmOptions = field(default_factory=LlmOptions)
     steps: tuple[Step, ...] = ()
+    frontend: str = "kserve"  # kserve (Triton's v2 HTTP/gRPC) or openai (the OpenAI-compatible frontend too)
 
 
 @dataclass(frozen=True)
@@ -317,10 +325,54 @@ def _check_llm(opts: Options) -> None:
     if not 0 < llm.kv_cache_free_gpu_mem_fraction <= 1:
         raise InputError(f"--kv-cache-free-gpu-mem-fraction {llm.kv_cache_free_gpu_mem_fraction}: "
                          "must be in (0, 1]")
+    if llm.nodes != 1 or llm.gpus_per_node is not None:
+        _check_nodes(opts)
     for option, value in (("--hf-model", llm.hf_model), ("--tokenizer-dir", llm.tokenizer_dir),
                           ("--engine-dir", llm.engine_dir)):
         if value is not None and (not value.strip() or any(c.isspace() for c in value) or "${" in value):
             raise InputError(f"--{option.lstrip('-')} {value!r}: expected a path without spaces or ${{...}}")
+
+
+def gpus_per_node(opts: Options) -> int:
+    """GPUs each pod of a multi-node group requests: --gpus-per-node, else the catalog's node shape."""
+    from kubectl_triton.compat.catalog import gpus
+
+    if opts.llm.gpus_per_node is not None:
+        return opts.llm.gpus_per_node
+    entry = gpus().get(opts.gpus[0]) if opts.gpus else None
+    if entry is None or entry.gpus_per_node is None:
+        raise InputError(f"--nodes {opts.llm.nodes}: the GPU catalog has no node shape for {opts.gpus[0]!r}; "
+                         "pass --gpus-per-node")
+    return entry.gpus_per_node
+
+
+def _check_nodes(opts: Options) -> None:
+    """--nodes/--gpus-per-node: tp x pp must fill the group exactly, each pod fits the node shape."""
+    from kubectl_triton.compat.catalog import gpus
+
+    llm = opts.llm
+    if llm.nodes < 1:
+        raise InputError(f"--nodes {llm.nodes}: must be at least 1")
+    if llm.gpus_per_node is not None and llm.gpus_per_node < 1:
+        raise InputError(f"--gpus-per-node {llm.gpus_per_node}: must be at least 1")
+    if llm.nodes == 1:
+        raise InputError("--gpus-per-node: only with --nodes 2 or more (one node asks for tp x pp GPUs)")
+    if len(opts.name) > MAX_MULTINODE_NAME:
+        raise InputError(f"NAME {opts.name!r}: a multi-node model's name has at most {MAX_MULTINODE_NAME} "
+                         f"characters ('{opts.name}{LWS_SUFFIX}-0-1' pods and their StatefulSet labels)")
+    per_node = gpus_per_node(opts)
+    world = llm.tp * llm.pp
+    if world != llm.nodes * per_node:
+        raise InputError(f"--nodes {llm.nodes}: tp {llm.tp} x pp {llm.pp} = {world} GPUs, but {llm.nodes} nodes x "
+                         f"{per_node} GPUs per node = {llm.nodes * per_node}; the engine's world size must fill "
+                         "the group exactly")
+    shape = gpus().get(opts.gpus[0])
+    if shape is not None and shape.gpus_per_node is not None and per_node > shape.gpus_per_node:
+        raise InputError(f"--gpus-per-node {per_node}: a {opts.gpus[0]} node has {shape.gpus_per_node} GPUs; "
+                         "no node could host a pod of the group")
+    if opts.frontend != "kserve":
+        raise InputError(f"--frontend {opts.frontend}: Triton's OpenAI-compatible frontend serves TensorRT-LLM "
+                         "only in single-node orchestrator mode (docs/openai.md); use --nodes 1")
 
 
 # ---- config.pbtxt through Triton's schema ----------------------------------------------------------
@@ -675,6 +727,10 @@ def model_yaml(opts: Options) -> str:
             engine_dir=paths["engine_dir"], tp=llm.tp, pp=llm.pp, dtype=llm.dtype, quantization=llm.quantization,
             max_batch_size=mbs, max_input_len=llm.max_input_len, max_seq_len=llm.max_seq_len,
             max_num_tokens=llm.max_num_tokens)
+        if llm.nodes > 1:
+            doc["engine"]["nodes"] = llm.nodes
+            doc["engine"]["gpus_per_node"] = gpus_per_node(opts)
+            Y.comment(doc["engine"], "nodes", "Served by a LeaderWorkerSet group: tp x pp = nodes x gpus_per_node.", 2)
     return Y.dumps(doc, header)
 
 
@@ -690,9 +746,11 @@ def deployment_patch(opts: Options, triton_models: list[str]) -> str:
     if llm:
         Y.comment(spec, "progressDeadlineSeconds",
                   "Engine loading takes longer than the base's 10 minutes; stays below the Flux timeout (30m).", 2)
-    probe = Y.mapping(failureThreshold=90 if llm else 30)
-    Y.comment(probe, "failureThreshold",
-              f"{15 if llm else 5} minutes to load the model(s) before liveness checks begin.", 12)
+    multinode = llm and opts.llm.nodes > 1
+    minutes = 25 if multinode else 15 if llm else 5
+    probe = Y.mapping(failureThreshold=minutes * 6)
+    Y.comment(probe, "failureThreshold", f"{minutes} minutes to load the model(s) before liveness checks begin"
+              + (" (the leader first waits up to 10 for its workers)." if multinode else "."), 12)
     init = Y.mapping(name="assemble-model-repository", image=img,
                      env=Y.seq([Y.mapping(name="ARTIFACTS_DIR", value=artifacts_dir(opts))]))
     server = Y.mapping(name="tritonserver", image=img, startupProbe=probe, resources=Y.mapping(
@@ -722,11 +780,15 @@ def component_kustomization(opts: Options, model_files: list[str]) -> str:
     return Y.dumps(doc, header)
 
 
-def _instance_labels(name: str) -> Any:
-    """The labels transformer every serving overlay uses (selectors included, ServiceMonitor's created)."""
+def _instance_labels(name: str, multinode: bool = False) -> Any:
+    """The labels transformer every serving overlay uses (selectors included, ServiceMonitor's created; a
+    LeaderWorkerSet's pod templates, which kustomize does not know, named)."""
     pairs = Y.mapping([("app.kubernetes.io/name", "triton-inference-server"), ("app.kubernetes.io/instance", name)])
-    field_spec = Y.mapping(path="spec/selector/matchLabels", kind="ServiceMonitor", create=True)
-    return Y.seq([Y.mapping(pairs=pairs, includeSelectors=True, fields=Y.seq([field_spec]))])
+    fields = Y.seq([Y.mapping(path="spec/selector/matchLabels", kind="ServiceMonitor", create=True)])
+    if multinode:
+        fields += [Y.mapping(path=f"spec/leaderWorkerTemplate/{t}/metadata/labels", kind="LeaderWorkerSet",
+                             create=True) for t in ("leaderTemplate", "workerTemplate")]
+    return Y.seq([Y.mapping(pairs=pairs, includeSelectors=True, fields=fields)])
 
 
 def serving_kustomization(opts: Options, gpu: str) -> str:
@@ -735,16 +797,47 @@ def serving_kustomization(opts: Options, gpu: str) -> str:
     if parse_artifact(opts.artifact, opts.name)["source"] == "s3":
         components.append("../../artifacts/s3")
     doc = Y.mapping(apiVersion="kustomize.config.k8s.io/v1beta1", kind="Kustomization", namespace="triton",
-                    namePrefix=f"{opts.name}-", labels=_instance_labels(opts.name),
+                    namePrefix=f"{opts.name}-",
+                    labels=_instance_labels(opts.name, opts.backend == "tensorrtllm" and opts.llm.nodes > 1),
                     resources=Y.seq(["../../../base/triton"]), components=components)
     world = opts.llm.tp * opts.llm.pp if opts.backend == "tensorrtllm" else 1
-    if world > 1:
+    if opts.backend == "tensorrtllm" and opts.llm.nodes > 1:
+        components.append(f"../../../{MULTINODE_BASE}")
+        doc["patches"] = Y.seq([Y.mapping(target=Y.mapping(kind="LeaderWorkerSet"),
+                                          patch=Y.literal(Y.dumps(group_patch(opts))))])
+        Y.comment(doc["patches"], 0, f"{opts.llm.nodes} nodes x {gpus_per_node(opts)} GPUs = tp x pp = {world} "
+                  "ranks (docs/multinode.md).", 2)
+    elif world > 1:
         op = Y.seq([Y.mapping(op="replace", path="/spec/template/spec/containers/0/resources/limits/nvidia.com~1gpu",
                               value=world)])
         patches = Y.seq([Y.mapping(target=Y.mapping(kind="Deployment"), patch=Y.literal(Y.dumps(op)))])
         Y.comment(patches, 0, f"tp x pp = {world} GPUs per pod (the GPU Component asks for 1).", 2)
         doc["patches"] = patches
     return Y.dumps(doc)
+
+
+def mpi_secret(name: str) -> str:
+    """The SSH key Secret of a multi-node model's group (created out of git: docs/multinode.md)."""
+    return f"{name}-mpi-ssh"
+
+
+def group_patch(opts: Options) -> Any:
+    """The serving overlay's JSON patch of the LeaderWorkerSet: group size, GPUs per pod, world size and the SSH
+    key Secret (both templates hold the one tritonserver container of the base)."""
+    per_node = gpus_per_node(opts)
+    group = "/spec/leaderWorkerTemplate"
+    ops = Y.seq([Y.mapping(op="replace", path=f"{group}/size", value=opts.llm.nodes)])
+    for template, key in (("leaderTemplate", "id_ed25519"), ("workerTemplate", "authorized_keys")):
+        pod = f"{group}/{template}/spec"
+        ops.append(Y.mapping(op="replace", path=f"{pod}/containers/0/resources/limits/nvidia.com~1gpu",
+                             value=per_node))
+        for name, value in (("WORLD_SIZE", opts.llm.tp * opts.llm.pp), ("GPUS_PER_NODE", per_node)):
+            ops.append(Y.mapping(op="add", path=f"{pod}/containers/0/env/-",
+                                 value=Y.mapping(name=name, value=str(value))))
+        secret = Y.mapping(secretName=mpi_secret(opts.name), defaultMode=0o400,
+                           items=Y.seq([Y.mapping(key=key, path=key)]))
+        ops.append(Y.mapping(op="add", path=f"{pod}/volumes/-", value=Y.mapping(name="mpi-ssh", secret=secret)))
+    return ops
 
 
 def engine_build_kustomization(opts: Options, gpu: str) -> str:
