@@ -31,6 +31,7 @@ CHECK_MODULES: tuple[str, ...] = (
     "kubectl_triton.checks.manifests.practices",
     "kubectl_triton.checks.manifests.routes",
     "kubectl_triton.checks.manifests.enginebuild",
+    "kubectl_triton.checks.manifests.multinode",
     "kubectl_triton.compat.repo_check",
 )
 

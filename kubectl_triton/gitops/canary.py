@@ -501,7 +501,7 @@ def current(facts: Facts) -> Rollout | None:
     docs = loads_all(facts.texts.get(krel, ""), krel)
     doc = docs[0] if docs and isinstance(docs[0], dict) else {}
     gpu = next((str(r)[3:] for r in doc.get("resources") or [] if str(r).startswith("../")), overlay[:-len(SUFFIX)])
-    labels = {}
+    labels: dict[str, Any] = {}
     for entry in doc.get("labels") or []:
         labels.update(entry.get("pairs") or {})
     ann = doc.get("commonAnnotations") or {}

@@ -309,16 +309,16 @@ def _check_llm(opts: Options) -> None:
                          "63 characters (a label value); use a shorter NAME")
     if opts.max_batch_size == 0:
         raise InputError("--max-batch-size 0: in-flight batching needs a tensorrtllm max_batch_size of at least 1")
-    for option, value, allowed in (("--model-family", llm.model_family, MODEL_FAMILIES),
-                                   ("--dtype", llm.dtype, DTYPES),
-                                   ("--quantization", llm.quantization, QUANTIZATIONS),
-                                   ("--batch-scheduler-policy", llm.batch_scheduler_policy, SCHEDULER_POLICIES)):
-        if value not in allowed:
-            raise InputError(f"{option} {value!r}: one of {', '.join(allowed)}")
-    for option, value in (("--tp", llm.tp), ("--pp", llm.pp), ("--max-input-len", llm.max_input_len),
+    for option, word, allowed in (("--model-family", llm.model_family, MODEL_FAMILIES),
+                                  ("--dtype", llm.dtype, DTYPES),
+                                  ("--quantization", llm.quantization, QUANTIZATIONS),
+                                  ("--batch-scheduler-policy", llm.batch_scheduler_policy, SCHEDULER_POLICIES)):
+        if word not in allowed:
+            raise InputError(f"{option} {word!r}: one of {', '.join(allowed)}")
+    for option, number in (("--tp", llm.tp), ("--pp", llm.pp), ("--max-input-len", llm.max_input_len),
                           ("--max-seq-len", llm.max_seq_len), ("--max-num-tokens", llm.max_num_tokens)):
-        if value < 1:
-            raise InputError(f"{option} {value}: must be at least 1")
+        if number < 1:
+            raise InputError(f"{option} {number}: must be at least 1")
     if llm.max_input_len >= llm.max_seq_len:
         raise InputError(f"--max-input-len {llm.max_input_len}: must be below --max-seq-len {llm.max_seq_len} "
                          "(the sequence holds the prompt and the generated tokens)")
@@ -327,10 +327,10 @@ def _check_llm(opts: Options) -> None:
                          "must be in (0, 1]")
     if llm.nodes != 1 or llm.gpus_per_node is not None:
         _check_nodes(opts)
-    for option, value in (("--hf-model", llm.hf_model), ("--tokenizer-dir", llm.tokenizer_dir),
-                          ("--engine-dir", llm.engine_dir)):
-        if value is not None and (not value.strip() or any(c.isspace() for c in value) or "${" in value):
-            raise InputError(f"--{option.lstrip('-')} {value!r}: expected a path without spaces or ${{...}}")
+    for option, path in (("--hf-model", llm.hf_model), ("--tokenizer-dir", llm.tokenizer_dir),
+                         ("--engine-dir", llm.engine_dir)):
+        if path is not None and (not path.strip() or any(c.isspace() for c in path) or "${" in path):
+            raise InputError(f"--{option.lstrip('-')} {path!r}: expected a path without spaces or ${{...}}")
 
 
 def gpus_per_node(opts: Options) -> int:
@@ -683,7 +683,7 @@ def ensemble_config(opts: Options, members: dict[str, Member]) -> Any:
     for tensor, (_, dtype, dims) in consumed.items():
         t = declared_in.get(tensor)
         _io(config.input, Tensor(tensor, dtype, t.dims if t else dims))
-    outputs = declared_out or {t: None for t in produced if t not in read}
+    outputs: dict[str, Tensor | None] = dict(declared_out) or {t: None for t in produced if t not in read}
     if not outputs:
         raise InputError("--step: every produced tensor is consumed again; name the ensemble outputs with --output")
     for tensor in outputs:
