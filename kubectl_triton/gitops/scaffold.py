@@ -113,6 +113,8 @@ class Options:
     llm: LlmOptions = field(default_factory=LlmOptions)
     steps: tuple[Step, ...] = ()
     frontend: str = "kserve"  # kserve (Triton's v2 HTTP/gRPC) or openai (the OpenAI-compatible frontend too)
+    route: str = "none"  # none, or inferencepool: an InferencePool + HTTPRoute under overlays/NAME/route/
+    gateway: str = "triton-gateway"  # [NAMESPACE/]NAME of the Gateway the route attaches to
 
 
 @dataclass(frozen=True)
@@ -135,6 +137,7 @@ class RepoFacts:
     members: dict[str, Member] = field(default_factory=dict)  # step model spelling -> member
     model_files: tuple[str, ...] = ()  # existing files of this model (models/NAME, overlays/NAME, its Flux files)
     flux_entries: tuple[str, ...] = ()  # kustomization entries of this model's existing Flux files
+    picker: Any = None  # inferencepool.EndpointPicker the platform provides (layout file), else None
 
 
 @dataclass(frozen=True)
@@ -291,6 +294,21 @@ def check_options(opts: Options, facts: RepoFacts) -> None:
     if opts.backend in ("tensorrtllm", "ensemble") and opts.version != 1:
         raise InputError(f"--version: {opts.backend} models have no model files to version")
     parse_artifact(opts.artifact, opts.name)
+    if opts.route not in ROUTES:
+        raise InputError(f"--route {opts.route!r}: one of {', '.join(ROUTES)}")
+    if opts.route == "inferencepool":
+        gateway_ref(opts.gateway)
+
+
+ROUTES = ("none", "inferencepool")
+
+
+def gateway_ref(gateway: str) -> tuple[str | None, str]:
+    """--gateway [NAMESPACE/]NAME as (namespace or None, name)."""
+    ns, _, name = gateway.rpartition("/")
+    if not _DNS_LABEL.fullmatch(name) or (ns and not _DNS_LABEL.fullmatch(ns)):
+        raise InputError(f"--gateway {gateway!r}: expected [NAMESPACE/]NAME of a Gateway (DNS labels)")
+    return ns or None, name
 
 
 def _check_llm(opts: Options) -> None:
@@ -960,6 +978,17 @@ def render(opts: Options, facts: RepoFacts) -> dict[str, str]:
         files[f"{flux_dir}/{name}-{gpu}.yaml"] = flux_kustomization(
             f"{name}-{gpu}", f"overlays/{name}/{gpu}", timeout="30m" if depends else "15m", depends=depends)
         entries.append(f"{name}-{gpu}.yaml")
+    if opts.route == "inferencepool":
+        from kubectl_triton.gitops import inferencepool
+
+        multinode = opts.backend == "tensorrtllm" and opts.llm.nodes > 1
+        for rel, text in inferencepool.route_files(name, sorted(triton_models), gateway=gateway_ref(opts.gateway),
+                                                   multinode=multinode, picker=facts.picker,
+                                                   openai=opts.frontend == "openai").items():
+            files[f"overlays/{name}/route/{rel}"] = text
+        files[f"{flux_dir}/{name}-route.yaml"] = flux_kustomization(
+            f"{name}-route", f"overlays/{name}/route", timeout="5m", depends=(f"{name}-{opts.gpus[0]}",))
+        entries.append(f"{name}-route.yaml")
     source = f"{flux_dir}/kustomization.yaml"
     stale = [e for e in facts.flux_entries if e not in entries]
     updated = edit_resources(facts.cluster_kustomization, add=entries, remove=stale, source=source)
@@ -1075,8 +1104,17 @@ def read_facts(root: Path, opts: Options, cluster: str | None) -> RepoFacts:
             if (root / rel).exists() and rel not in existing:
                 existing.append(rel)
     members = find_members(root, opts.steps, exclude=name) if opts.backend == "ensemble" else {}
+    picker = None
+    if opts.route == "inferencepool":
+        from kubectl_triton.gitops.inferencepool import platform_picker
+        from kubectl_triton.gitops.model import LAYOUT_FILE
+
+        picker = platform_picker(root, LAYOUT_FILE)
+    rel = f"clusters/{cluster_name}/models/{name}-route.yaml"
+    if (root / rel).exists() and rel not in existing:
+        existing.append(rel)
     return RepoFacts(gpus=gpu_keys(root), cluster=cluster_name, cluster_kustomization=ktext, members=members,
-                     model_files=tuple(sorted(existing)), flux_entries=tuple(flux_entries))
+                     model_files=tuple(sorted(existing)), flux_entries=tuple(flux_entries), picker=picker)
 
 
 # ---- I/O: writing all or nothing --------------------------------------------------------------------

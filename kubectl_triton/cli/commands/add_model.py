@@ -61,6 +61,11 @@ _LLM = "TensorRT-LLM (--backend tensorrtllm): "
 @click.option("--frontend", type=click.Choice(["kserve", "openai"]), default="kserve", show_default=True,
               help="openai: also serve Triton's OpenAI-compatible frontend (/v1/chat/completions; tensorrtllm, "
               "single node).")
+@click.option("--route", type=click.Choice(["none", "inferencepool"]), default="none", show_default=True,
+              help="inferencepool: route the model through a Gateway API Inference Extension InferencePool "
+              "(overlays/NAME/route/, with an endpoint picker unless the layout file names the platform's).")
+@click.option("--gateway", default="triton-gateway", show_default=True, metavar="[NAMESPACE/]NAME",
+              help="The Gateway the --route attaches to.")
 @click.option("--dtype", default="bfloat16", show_default=True, help=_LLM + ", ".join(DTYPES) + ".")
 @click.option("--quantization", default="none", show_default=True, help=_LLM + ", ".join(QUANTIZATIONS) + ".")
 @click.option("--max-input-len", type=int, default=4096, show_default=True)
@@ -82,6 +87,7 @@ def command(name: str, backend: str, gpus: tuple[str, ...], cluster: str | None,
             tokenizer_dir: str | None, engine_dir: str | None, tp: int, pp: int, dtype: str, quantization: str,
             max_input_len: int, max_seq_len: int, max_num_tokens: int, kv_cache_free_gpu_mem_fraction: float,
             batch_scheduler_policy: str, streaming: bool, nodes: int, gpus_per_node: int | None, frontend: str,
+            route: str, gateway: str,
             dry_run: bool, force: bool,
             repo_dir: Path | None) -> None:
     """Scaffold model NAME: models/NAME/ (config.pbtxt, model.yaml), overlays/NAME/ (one overlay per --gpu,
@@ -100,7 +106,8 @@ def command(name: str, backend: str, gpus: tuple[str, ...], cluster: str | None,
                    max_queue_delay_us=max_queue_delay_us, instances=instances, version=version, artifact=artifact,
                    inputs=tuple(parse_tensor(t, "--input") for t in inputs),
                    outputs=tuple(parse_tensor(t, "--output") for t in outputs), image_tag=image_tag, llm=llm,
-                   steps=tuple(parse_step(s) for s in steps), frontend=frontend)
+                   steps=tuple(parse_step(s) for s in steps), frontend=frontend, route=route,
+                   gateway=gateway)
     todo = plan(opts, read_facts(root, opts, cluster), force=force)
     apply_plan(root, todo, dry_run)
     if dry_run:
