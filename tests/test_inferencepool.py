@@ -62,7 +62,7 @@ def test_route_inferencepool_renders_a_pool_its_picker_and_the_route(tr, repo_co
     assert selects(selector, pod_labels(serving))  # the model's Triton pods ...
     (epp,) = of(route, "Deployment")
     assert not selects(selector, epp["spec"]["template"]["metadata"]["labels"])  # ... and not its picker
-    container = of(serving, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]
+    container = of(serving, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]  # tritonserver
     port = next(p for p in container["ports"] if p["name"] == "http")["containerPort"]
     assert pool["spec"]["targetPorts"] == [{"number": port}]
     ref = pool["spec"]["endpointPickerRef"]
@@ -72,6 +72,16 @@ def test_route_inferencepool_renders_a_pool_its_picker_and_the_route(tr, repo_co
     args = epp["spec"]["template"]["spec"]["containers"][0]["args"]
     assert args[args.index("--pool-name") + 1] == "chat" and args[args.index("--pool-namespace") + 1] == "triton"
     assert "nv_trt_llm_request_metrics{request_type=waiting}" in args  # Triton TensorRT-LLM's metrics
+    # ... scraped from Triton's metrics port (not the pool's target port), which the NetworkPolicy opens to it
+    metrics = next(p for p in container["ports"] if p["name"] == "metrics")["containerPort"]
+    assert args[args.index("--model-server-metrics-port") + 1] == str(metrics)
+    epp_labels = epp["spec"]["template"]["metadata"]["labels"]
+    (policy,) = of(serving, "NetworkPolicy")
+    admitted = [r for r in policy["spec"]["ingress"] if {"port": "metrics"} in r.get("ports", [])
+                for src in r["from"] if "podSelector" in src
+                and all(e["key"] in epp_labels for e in src["podSelector"].get("matchExpressions", []))
+                and selects(src["podSelector"].get("matchLabels", {}), epp_labels)]
+    assert admitted
     assert epp["spec"]["template"]["spec"]["containers"][0]["image"].endswith("/epp:v1.0.0")
     (httproute,) = of(route, "HTTPRoute")
     assert httproute["spec"]["rules"][0]["backendRefs"] == [

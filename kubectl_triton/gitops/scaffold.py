@@ -819,17 +819,30 @@ def serving_kustomization(opts: Options, gpu: str) -> str:
                     labels=_instance_labels(opts.name, opts.backend == "tensorrtllm" and opts.llm.nodes > 1),
                     resources=Y.seq(["../../../base/triton"]), components=components)
     world = opts.llm.tp * opts.llm.pp if opts.backend == "tensorrtllm" else 1
+    patches = Y.seq()
+    if opts.route == "inferencepool":
+        # The pool's endpoint pickers (same namespace) read Triton's metrics port; the base admits only monitoring.
+        picker = Y.mapping(podSelector=Y.mapping(matchExpressions=Y.seq([Y.mapping(
+            key="triton.kubectl.io/inference-pool", operator="Exists")])))
+        rule = Y.mapping(op="add", path="/spec/ingress/-", value=Y.mapping(
+            **{"from": Y.seq([picker])}, ports=Y.seq([Y.mapping(port="metrics")])))
+        exempt = Y.mapping(op="add", path="/metadata/annotations", value=Y.mapping(
+            [("triton.kubectl.io/security-exempt", "MetricsExposed: the InferencePool's endpoint picker, in this "
+              "namespace, scores pods by their queue and KV-cache metrics")]))
+        patches.append(Y.mapping(target=Y.mapping(kind="NetworkPolicy"),
+                                 patch=Y.literal(Y.dumps(Y.seq([rule, exempt])))))
+        Y.comment(patches, 0, "The InferencePool's endpoint picker scrapes Triton's metrics (queue, KV cache).", 2)
     if opts.backend == "tensorrtllm" and opts.llm.nodes > 1:
         components.append(f"../../../{MULTINODE_BASE}")
-        doc["patches"] = Y.seq([Y.mapping(target=Y.mapping(kind="LeaderWorkerSet"),
-                                          patch=Y.literal(Y.dumps(group_patch(opts))))])
-        Y.comment(doc["patches"], 0, f"{opts.llm.nodes} nodes x {gpus_per_node(opts)} GPUs = tp x pp = {world} "
-                  "ranks (docs/multinode.md).", 2)
+        patches.append(Y.mapping(target=Y.mapping(kind="LeaderWorkerSet"), patch=Y.literal(Y.dumps(group_patch(opts)))))
+        Y.comment(patches, len(patches) - 1, f"{opts.llm.nodes} nodes x {gpus_per_node(opts)} GPUs = tp x pp = "
+                  f"{world} ranks (docs/multinode.md).", 2)
     elif world > 1:
         op = Y.seq([Y.mapping(op="replace", path="/spec/template/spec/containers/0/resources/limits/nvidia.com~1gpu",
                               value=world)])
-        patches = Y.seq([Y.mapping(target=Y.mapping(kind="Deployment"), patch=Y.literal(Y.dumps(op)))])
-        Y.comment(patches, 0, f"tp x pp = {world} GPUs per pod (the GPU Component asks for 1).", 2)
+        patches.append(Y.mapping(target=Y.mapping(kind="Deployment"), patch=Y.literal(Y.dumps(op))))
+        Y.comment(patches, len(patches) - 1, f"tp x pp = {world} GPUs per pod (the GPU Component asks for 1).", 2)
+    if patches:
         doc["patches"] = patches
     return Y.dumps(doc)
 
