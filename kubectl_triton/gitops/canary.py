@@ -615,7 +615,7 @@ def _canary_pool_files(facts: Facts) -> dict[str, str]:
     picker = inferencepool.picker_of(stable, stable_rel)
     files = {f"{base}/inferencepool-canary.yaml": inferencepool.pool_yaml(
         facts.model, canary=True, multinode=inferencepool.pool_selector_is_multinode(stable, stable_rel),
-        picker=picker)}
+        picker=picker, port=inferencepool.pool_port(stable, stable_rel))}
     add = ["inferencepool-canary.yaml"]
     if picker is None:
         files[f"{base}/{inferencepool.epp_dir(True)}/kustomization.yaml"] = inferencepool.epp_kustomization(

@@ -27,6 +27,7 @@ EPP_BASE = "base/endpoint-picker"
 EPP_DIR = "endpoint-picker"
 EPP_PORT = 9002
 TARGET_PORT = 8000
+OPENAI_PORT = 9000  # the OpenAI-compatible frontend's (add-model --frontend openai)
 INSTANCE_LABEL = "app.kubernetes.io/instance"
 LEADER_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
 POOL_LABEL = "triton.kubectl.io/inference-pool"  # a picker's pods: not a model's (no app.kubernetes.io/instance)
@@ -72,7 +73,7 @@ def platform_picker(root: Path, layout_file: str) -> EndpointPicker | None:
 
 
 def pool_yaml(model: str, *, canary: bool = False, multinode: bool = False,
-              picker: EndpointPicker | None = None) -> str:
+              picker: EndpointPicker | None = None, port: int = TARGET_PORT) -> str:
     """route/inferencepool[-canary].yaml."""
     name = pool_name(model, canary)
     # Triton's pods of this track only (the track's endpoint picker carries the instance label too).
@@ -83,7 +84,7 @@ def pool_yaml(model: str, *, canary: bool = False, multinode: bool = False,
     doc = Y.mapping(
         apiVersion=API_VERSION, kind=KIND,
         metadata=Y.mapping(name=name, labels=Y.mapping([(INSTANCE_LABEL, model)])),
-        spec=Y.mapping(selector=Y.mapping(matchLabels=selector), targetPorts=Y.seq([Y.mapping(number=TARGET_PORT)]),
+        spec=Y.mapping(selector=Y.mapping(matchLabels=selector), targetPorts=Y.seq([Y.mapping(number=port)]),
                        endpointPickerRef=Y.mapping(name=ref.name, port=Y.mapping(number=ref.port),
                                                    failureMode="FailClose")))
     track = "canary" if canary else "stable"
@@ -115,7 +116,8 @@ def route_files(model: str, triton_models: list[str], *, gateway: tuple[str | No
                 picker: EndpointPicker | None, openai: bool = False) -> dict[str, str]:
     """overlays/MODEL/route/ files of a model routed through an InferencePool (relative to route/)."""
     ns, gw = gateway
-    paths = [f"/v2/models/{m}" for m in sorted(triton_models)] + (["/v1"] if openai else [])
+    # A pool has one target port: Triton's KServe HTTP port, or the OpenAI-compatible frontend's for /v1 clients.
+    paths = ["/v1"] if openai else [f"/v2/models/{m}" for m in sorted(triton_models)]
     matches = Y.seq(Y.mapping(path=Y.flow({"type": "PathPrefix", "value": p})) for p in paths)
     backend = Y.flow([Y.flow(r) for r in refs(model, None)])
     route = Y.mapping(
@@ -128,8 +130,9 @@ def route_files(model: str, triton_models: list[str], *, gateway: tuple[str | No
     resources = Y.seq(["inferencepool.yaml", "httproute.yaml"] + ([] if picker else [EPP_DIR]))
     kust = Y.mapping(apiVersion="kustomize.config.k8s.io/v1beta1", kind="Kustomization", namespace="triton",
                      resources=resources)
-    files = {"kustomization.yaml": Y.dumps(kust), "inferencepool.yaml": pool_yaml(model, multinode=multinode,
-                                                                                   picker=picker),
+    files = {"kustomization.yaml": Y.dumps(kust),
+             "inferencepool.yaml": pool_yaml(model, multinode=multinode, picker=picker,
+                                             port=OPENAI_PORT if openai else TARGET_PORT),
              "httproute.yaml": Y.dumps(route, header)}
     if picker is None:
         files[f"{EPP_DIR}/kustomization.yaml"] = epp_kustomization(model)
@@ -141,6 +144,17 @@ def is_pool_route(doc: Any) -> bool:
     rules = ((doc or {}).get("spec") or {}).get("rules") or [] if isinstance(doc, dict) else []
     return any(isinstance(b, dict) and b.get("kind") == KIND and b.get("group") == GROUP
                for r in rules if isinstance(r, dict) for b in r.get("backendRefs") or [])
+
+
+def pool_port(text: str, source: str) -> int:
+    """The target port a pool file names (the canary pool uses the same)."""
+    from kubectl_triton.formats.yamlio import loads_all
+
+    docs = loads_all(text, source)
+    doc = docs[0] if docs and isinstance(docs[0], dict) else {}
+    ports = (doc.get("spec") or {}).get("targetPorts") or [{}]
+    number = ports[0].get("number") if isinstance(ports[0], dict) else None
+    return number if isinstance(number, int) else TARGET_PORT
 
 
 def pool_selector_is_multinode(text: str, source: str) -> bool:

@@ -294,6 +294,14 @@ def check_options(opts: Options, facts: RepoFacts) -> None:
     if opts.backend in ("tensorrtllm", "ensemble") and opts.version != 1:
         raise InputError(f"--version: {opts.backend} models have no model files to version")
     parse_artifact(opts.artifact, opts.name)
+    if opts.frontend not in FRONTENDS:
+        raise InputError(f"--frontend {opts.frontend!r}: one of {', '.join(FRONTENDS)}")
+    if opts.frontend == "openai" and opts.backend != "tensorrtllm":
+        raise InputError("--frontend openai: only for --backend tensorrtllm (the frontend turns chat and completion "
+                         "requests into TensorRT-LLM's text_input/text_output)")
+    if opts.frontend == "openai" and not opts.llm.streaming:
+        raise InputError("--frontend openai: needs --streaming (the frontend sends the `stream` input with every "
+                         "request)")
     if opts.route not in ROUTES:
         raise InputError(f"--route {opts.route!r}: one of {', '.join(ROUTES)}")
     if opts.route == "inferencepool":
@@ -301,6 +309,7 @@ def check_options(opts: Options, facts: RepoFacts) -> None:
 
 
 ROUTES = ("none", "inferencepool")
+FRONTENDS = ("kserve", "openai")
 
 
 def gateway_ref(gateway: str) -> tuple[str | None, str]:
@@ -526,6 +535,14 @@ def llm_paths(opts: Options) -> dict[str, str]:
             "engine_dir": opts.llm.engine_dir or f"{base}/engines/{opts.gpus[0]}"}
 
 
+# Optional inputs the OpenAI-compatible frontend (server python/openai, Triton 24.12: engine/utils/triton.py
+# _create_trtllm_inference_request) sends to a TensorRT-LLM model besides text_input, stream and max_tokens; the
+# tensorrt_llm model takes them under the same names. (`stop_words` needs a tokenizing step: not scaffolded.)
+OPENAI_SAMPLING = {"frequency_penalty": "FP32", "presence_penalty": "FP32", "random_seed": "UINT64"}
+OPENAI_PORT = 9000  # inferencepool.OPENAI_PORT
+OPENAI_MAIN = "/opt/tritonserver/python/openai/openai_frontend/main.py"
+
+
 def llm_configs(opts: Options) -> dict[str, Any]:
     """preprocessing -> tensorrt_llm -> postprocessing as `ensemble`, like models/llama3-8b."""
     llm, paths = opts.llm, llm_paths(opts)
@@ -540,6 +557,10 @@ def llm_configs(opts: Options) -> dict[str, Any]:
     _io(ensemble.input, Tensor("top_p", fp32, (1,)), optional=True)
     if llm.streaming:
         _io(ensemble.input, Tensor("stream", boolean, (1,)), optional=True)
+    # The OpenAI-compatible frontend passes these sampling parameters through when a client sets them.
+    openai = tuple(OPENAI_SAMPLING.items()) if opts.frontend == "openai" else ()
+    for name, dtype in openai:
+        _io(ensemble.input, Tensor(name, dtype, (1,)), optional=True)
     _io(ensemble.output, Tensor("text_output", string, (-1,)))
     steps = ensemble.ensemble_scheduling.step
     pre = steps.add(model_name="preprocessing", model_version=-1)
@@ -553,6 +574,7 @@ def llm_configs(opts: Options) -> dict[str, Any]:
                            "temperature": "temperature", "runtime_top_p": "top_p"})
     if llm.streaming:
         core.input_map["streaming"] = "stream"
+    core.input_map.update({name: name for name, _ in openai})
     core.output_map.update({"output_ids": "_TOKENS_BATCH", "sequence_length": "_SEQUENCE_LENGTH"})
     post = steps.add(model_name="postprocessing", model_version=-1)
     post.input_map.update({"TOKENS_BATCH": "_TOKENS_BATCH", "SEQUENCE_LENGTH": "_SEQUENCE_LENGTH"})
@@ -576,7 +598,7 @@ def llm_configs(opts: Options) -> dict[str, Any]:
     _io(core_cfg.input, Tensor("input_lengths", i32, (1,)), reshape=())
     _io(core_cfg.input, Tensor("request_output_len", i32, (1,)), reshape=())
     for name, dtype in (("end_id", i32), ("pad_id", i32), ("temperature", fp32), ("runtime_top_p", fp32)) + (
-            (("streaming", boolean),) if llm.streaming else ()):
+            (("streaming", boolean),) if llm.streaming else ()) + openai:
         _io(core_cfg.input, Tensor(name, dtype, (1,)), reshape=(), optional=True)
     _io(core_cfg.output, Tensor("output_ids", i32, (-1, -1)))
     _io(core_cfg.output, Tensor("sequence_length", i32, (-1,)))
@@ -771,7 +793,18 @@ def deployment_patch(opts: Options, triton_models: list[str]) -> str:
               + (" (the leader first waits up to 10 for its workers)." if multinode else "."), 12)
     init = Y.mapping(name="assemble-model-repository", image=img,
                      env=Y.seq([Y.mapping(name="ARTIFACTS_DIR", value=artifacts_dir(opts))]))
-    server = Y.mapping(name="tritonserver", image=img, startupProbe=probe, resources=Y.mapping(
+    server = Y.mapping(name="tritonserver", image=img)
+    if opts.frontend == "openai":
+        paths = llm_paths(opts)
+        server["command"] = Y.flow(["python3", OPENAI_MAIN])
+        server["args"] = Y.seq(["--model-repository=/models", f"--tokenizer={paths['tokenizer_dir']}",
+                                f"--openai-port={OPENAI_PORT}", "--enable-kserve-frontends", "--kserve-http-port=8000",
+                                "--kserve-grpc-port=8001"])
+        Y.comment(server, "command", "Triton in-process behind the OpenAI-compatible frontend (docs/openai.md); KServe "
+                  "v2 HTTP/gRPC stay on 8000/8001 for probes and status.", 10)
+        server["env"] = Y.seq([Y.mapping(name="TRTLLM_ORCHESTRATOR", value="1")])
+        server["ports"] = Y.seq([Y.mapping(name="openai", containerPort=OPENAI_PORT)])
+    server.update(startupProbe=probe, resources=Y.mapping(
         requests=Y.mapping(memory="32Gi" if llm else "4Gi"), limits=Y.mapping(memory="64Gi" if llm else "8Gi")))
     dshm = Y.mapping(name="dshm", emptyDir=Y.mapping(medium="Memory", sizeLimit=shm))
     spec["template"] = Y.mapping(spec=Y.mapping(initContainers=Y.seq([init]), containers=Y.seq([server]),
@@ -793,8 +826,18 @@ def component_kustomization(opts: Options, model_files: list[str]) -> str:
     if art["source"] == "s3":
         generators.append(Y.mapping(name="artifact-source", literals=Y.seq(
             [f"ARTIFACTS_URI={art['uri']}", f"ARTIFACTS_DIR={artifacts_dir(opts)}"])))
+    patches = Y.seq([Y.mapping(path="deployment.yaml", target=Y.mapping(kind="Deployment"))])
+    if opts.frontend == "openai":
+        port = Y.mapping(op="add", path="/spec/ports/-",
+                         value=Y.mapping(name="openai", port=OPENAI_PORT, targetPort="openai"))
+        clients = Y.mapping(namespaceSelector=Y.mapping(matchLabels=Y.mapping([("triton.kubectl.io/client", "true")])))
+        rule = Y.mapping(op="add", path="/spec/ingress/-",
+                         value=Y.mapping(**{"from": Y.seq([clients])}, ports=Y.seq([Y.mapping(port="openai")])))
+        patches += [Y.mapping(target=Y.mapping(kind="Service"), patch=Y.literal(Y.dumps(Y.seq([port])))),
+                    Y.mapping(target=Y.mapping(kind="NetworkPolicy"), patch=Y.literal(Y.dumps(Y.seq([rule]))))]
+        Y.comment(patches, 1, f"The OpenAI-compatible frontend's port ({OPENAI_PORT}), for the clients of 8000.", 2)
     doc = Y.mapping(apiVersion="kustomize.config.k8s.io/v1alpha1", kind="Component", configMapGenerator=generators,
-                    patches=Y.seq([Y.mapping(path="deployment.yaml", target=Y.mapping(kind="Deployment"))]))
+                    patches=patches)
     return Y.dumps(doc, header)
 
 

@@ -42,6 +42,11 @@ RESTART_POLICY = register(
     "MultinodeRestartPolicy", "error", "overlay",
     "a LeaderWorkerSet group does not restart as a whole when one pod fails",
     "set leaderWorkerTemplate.restartPolicy: RecreateGroupOnPodRestart (MPI ranks cannot rejoin a running job)")
+OPENAI = register(
+    "MultinodeOpenAIFrontend", "error", "overlay",
+    "a LeaderWorkerSet group runs Triton's OpenAI-compatible frontend",
+    "serve the group with tritonserver (rank.sh); the frontend drives TensorRT-LLM in single-node orchestrator "
+    "mode only (docs/openai.md)")
 CONTROLLER = register(
     "MultinodeControllerMissing", "error", "cluster",
     "a Flux Kustomization applies a LeaderWorkerSet before (or without) the LWS controller's HelmRelease",
@@ -202,6 +207,14 @@ def check_groups(root: Path, targets: Iterable[Any]) -> list[Finding]:
                 problem = _shm_problem(template, counts.get(role) or 0)
                 if problem:
                     out.append(SHARED_MEMORY.finding(f"the {role} {problem}", path=where, object=oid))
+            for role, template in templates.items():
+                server = _server(template)
+                command = [str(a) for a in _list(server.get("command")) + _list(server.get("args"))]
+                if any("openai_frontend" in a for a in command):
+                    out.append(OPENAI.finding(
+                        f"the {role} runs the OpenAI-compatible frontend: in the pinned Triton release it serves "
+                        "TensorRT-LLM only in single-node orchestrator mode (TRTLLM_ORCHESTRATOR=1), not across "
+                        "an MPI group", path=where, object=oid))
             policy = _dict(_spec(lws).get("leaderWorkerTemplate")).get("restartPolicy", "RecreateGroupOnPodRestart")
             if size > 1 and policy != "RecreateGroupOnPodRestart":
                 out.append(RESTART_POLICY.finding(
