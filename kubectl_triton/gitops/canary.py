@@ -17,19 +17,28 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from kubectl_triton.errors import InputError
-from kubectl_triton.formats import yamldump as Y
-from kubectl_triton.gitops import inferencepool
-from kubectl_triton.gitops.scaffold import Plan
+from ruamel.yaml.comments import CommentedMap, CommentedSeq
+from ruamel.yaml.scalarstring import DoubleQuotedScalarString
 
-GROUP = "triton.kubectl.io"
-LABEL_MODEL = f"{GROUP}/model"
-LABEL_TRACK = f"{GROUP}/track"
-LABEL_VERSION = f"{GROUP}/model-version"
-ANN_TRITON_MODEL = f"{GROUP}/triton-model"
-ANN_STABLE_VERSION = f"{GROUP}/stable-version"
-ANN_CANARY_VERSION = f"{GROUP}/canary-version"
-INSTANCE_LABEL = "app.kubernetes.io/instance"
+from kubectl_triton.errors import InputError
+from kubectl_triton.formats import pbtxt
+from kubectl_triton.formats import yamldump as Y
+from kubectl_triton.formats.yamledit import _dump as dump
+from kubectl_triton.formats.yamledit import _yaml, edit_resources, resources_of
+from kubectl_triton.formats.yamlio import load_all, loads_all
+from kubectl_triton.gitops import inferencepool
+from kubectl_triton.gitops.labels import (
+    ANN_CANARY_VERSION,
+    ANN_STABLE_VERSION,
+    ANN_TRITON_MODEL,
+    INSTANCE_LABEL,
+    LABEL_MODEL,
+    LABEL_TRACK,
+    LABEL_VERSION,
+)
+from kubectl_triton.gitops.repo import flux_kustomizations
+from kubectl_triton.gitops.scaffold import Plan, flux_kustomization, resolve_cluster, triton_name, validate_name
+
 CANARY = "canary"
 SUFFIX = "-canary"
 ROUTE_DIR = "route"
@@ -59,8 +68,6 @@ def set_version_policy(text: str, version: int, source: str = "config.pbtxt") ->
     """`text` with its top-level version_policy replaced by `specific [version]` (added after the header
     fields when absent); everything else, comments included, is kept. The result is checked through
     Triton's schema: the parsed config must equal the original with only the policy changed."""
-    from kubectl_triton.formats import pbtxt
-
     before = pbtxt.parse(text, source)
     new = pbtxt.splice(text, ("version_policy",), policy_text(version), after=pbtxt.HEADER_FIELDS)
     after = pbtxt.parse(new, source)
@@ -141,12 +148,6 @@ class Facts:
 
 def read_facts(root: Path, model: str, cluster: str | None) -> Facts:
     """Read the model's folders, its Flux registration in CLUSTER and the files a plan may edit."""
-    from kubectl_triton.formats import pbtxt
-    from kubectl_triton.formats.yamledit import resources_of
-    from kubectl_triton.formats.yamlio import load_all
-    from kubectl_triton.gitops.repo import flux_kustomizations
-    from kubectl_triton.gitops.scaffold import resolve_cluster, validate_name
-
     validate_name(model)
     mdir, odir = root / "models" / model, root / "overlays" / model
     if not mdir.is_dir() or not (odir / "model").is_dir():
@@ -206,8 +207,6 @@ def read_facts(root: Path, model: str, cluster: str | None) -> Facts:
 
 def pick_triton_model(facts: Facts, name: str | None) -> TritonModel:
     """--triton-model, else MODEL with '-' written '_', else the model's only non-ensemble Triton model."""
-    from kubectl_triton.gitops.scaffold import triton_name
-
     tms = facts.triton_models
     if name is not None:
         if name not in tms:
@@ -252,8 +251,6 @@ def pick_stable_gpu(facts: Facts, gpu: str | None) -> str:
 
 
 def _config(facts: Facts, tm: TritonModel) -> Any:
-    from kubectl_triton.formats import pbtxt
-
     return pbtxt.parse(facts.texts[tm.config_rel], tm.config_rel)
 
 
@@ -350,14 +347,10 @@ def route_files(facts: Facts, tm: TritonModel, gateway: str, stable: int, versio
 # ---- round-trip edits -----------------------------------------------------------------------------------
 
 def _load(text: str, source: str) -> tuple[Any, Any]:
-    from kubectl_triton.formats.yamledit import _yaml
-
     return _yaml(text, source)
 
 
 def _dump(yaml: Any, doc: Any) -> str:
-    from kubectl_triton.formats.yamledit import _dump as dump
-
     return dump(yaml, doc)
 
 
@@ -405,8 +398,6 @@ def route_set_split(text: str, model: str, weight: int | None, *, stable: int,
 
 
 def _dq(text: str) -> Any:
-    from ruamel.yaml.scalarstring import DoubleQuotedScalarString
-
     return DoubleQuotedScalarString(text)
 
 
@@ -429,8 +420,6 @@ def route_set_weight(text: str, model: str, weight: int, source: str) -> str:
 
 def route_canary(text: str, model: str, source: str) -> tuple[int | None, int | None, int | None]:
     """(stable version, canary version, canary weight) as the route records them."""
-    from kubectl_triton.formats.yamlio import loads_all
-
     docs = loads_all(text, source)
     doc = docs[0] if docs and isinstance(docs[0], dict) else {}
     ann = (doc.get("metadata") or {}).get("annotations") or {}
@@ -452,8 +441,6 @@ def _int(value: Any) -> int | None:
 
 def flux_depends(text: str, *, add: tuple[str, ...] = (), remove: tuple[str, ...] = (), source: str) -> str:
     """A Flux Kustomization file with dependsOn entries added/removed (round trip)."""
-    from ruamel.yaml.comments import CommentedMap, CommentedSeq
-
     yaml, doc = _load(text, source)
     spec = doc.setdefault("spec", CommentedMap())
     deps = spec.get("dependsOn")
@@ -509,8 +496,6 @@ class Rollout:
 
 def current(facts: Facts) -> Rollout | None:
     """The canary in progress, or None."""
-    from kubectl_triton.formats.yamlio import loads_all
-
     overlay = facts.canary_overlay
     if overlay is None:
         return None
@@ -542,8 +527,6 @@ def plan_start(facts: Facts, *, version: int, weight: int, gpu: str | None = Non
                triton_model: str | None = None, stable: int | None = None,
                gateway: str = DEFAULT_GATEWAY) -> Plan:
     """A new canary: canary overlay + pinned config, stable pinned, route, Flux registration."""
-    from kubectl_triton.gitops.scaffold import flux_kustomization
-
     check_weight(weight)
     if version < 1:
         raise InputError(f"--version {version}: Triton versions are positive integers")
@@ -593,8 +576,6 @@ def plan_start(facts: Facts, *, version: int, weight: int, gpu: str | None = Non
 
 
 def _pool_route(facts: Facts) -> bool:
-    from kubectl_triton.formats.yamlio import loads_all
-
     docs = loads_all(facts.texts.get(facts.route_rel, ""), facts.route_rel)
     return bool(docs) and inferencepool.is_pool_route(docs[0])
 
@@ -602,8 +583,6 @@ def _pool_route(facts: Facts) -> bool:
 def _canary_pool_files(facts: Facts) -> dict[str, str]:
     """For a route through InferencePools: the canary's pool (selecting the canary track only), its endpoint
     picker unless the platform provides it, both listed in the route's kustomization."""
-    from kubectl_triton.formats.yamledit import edit_resources
-
     if not _pool_route(facts):
         return {}
     base = f"overlays/{facts.model}/{ROUTE_DIR}"
@@ -627,8 +606,6 @@ def _canary_pool_files(facts: Facts) -> dict[str, str]:
 
 def _timeout(facts: Facts, gpu: str) -> str:
     """The stable overlay's Flux timeout, so the canary gets the same budget."""
-    from kubectl_triton.formats.yamlio import loads_all
-
     rel = facts.registered.get(gpu)
     if rel and rel in facts.texts:
         docs = loads_all(facts.texts[rel], rel)
@@ -639,8 +616,6 @@ def _timeout(facts: Facts, gpu: str) -> str:
 
 
 def _register(facts: Facts, files: dict[str, str], *, add: list[str], remove: list[str]) -> None:
-    from kubectl_triton.formats.yamledit import edit_resources
-
     kfile = f"{facts.flux_dir}/kustomization.yaml"
     text = facts.texts.get(kfile, "")
     updated = edit_resources(text, add=add, remove=remove, source=kfile)
@@ -693,8 +668,6 @@ def _end(facts: Facts, promote: bool) -> tuple[Plan, Rollout]:
                                                  source=facts.route_rel)
     delete = list(facts.overlay_files.get(ro.canary_overlay, ()))
     if facts.route_rel in facts.texts and _pool_route(facts):
-        from kubectl_triton.formats.yamledit import edit_resources
-
         base = f"overlays/{m}/{ROUTE_DIR}"
         canary_dir = f"{base}/{inferencepool.epp_dir(True)}/"
         delete += [p for p in facts.overlay_files.get(ROUTE_DIR, ())

@@ -19,6 +19,9 @@ from typing import Any
 
 from kubectl_triton.errors import InputError
 from kubectl_triton.formats import yamldump as Y
+from kubectl_triton.formats.yamlio import load_all, loads_all
+from kubectl_triton.gitops.labels import GROUP as LABEL_GROUP
+from kubectl_triton.gitops.labels import INSTANCE_LABEL, NAME_LABEL, TRITON_NAME
 
 GROUP = "inference.networking.k8s.io"
 API_VERSION = f"{GROUP}/v1"
@@ -28,9 +31,8 @@ EPP_DIR = "endpoint-picker"
 EPP_PORT = 9002
 TARGET_PORT = 8000
 OPENAI_PORT = 9000  # the OpenAI-compatible frontend's (add-model --frontend openai)
-INSTANCE_LABEL = "app.kubernetes.io/instance"
 LEADER_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
-POOL_LABEL = "triton.kubectl.io/inference-pool"  # a picker's pods: not a model's (no app.kubernetes.io/instance)
+POOL_LABEL = f"{LABEL_GROUP}/inference-pool"  # a picker's pods: not a model's (no app.kubernetes.io/instance)
 LAYOUT_SECTION = "inferencePool"
 
 
@@ -53,8 +55,6 @@ def epp_dir(canary: bool = False) -> str:
 
 def platform_picker(root: Path, layout_file: str) -> EndpointPicker | None:
     """The layout file's `inferencePool.endpointPicker`, or None (then the repository deploys one per pool)."""
-    from kubectl_triton.formats.yamlio import load_all
-
     path = root / layout_file
     if not path.is_file():
         return None
@@ -77,7 +77,7 @@ def pool_yaml(model: str, *, canary: bool = False, multinode: bool = False,
     """route/inferencepool[-canary].yaml."""
     name = pool_name(model, canary)
     # Triton's pods of this track only (the track's endpoint picker carries the instance label too).
-    selector = Y.mapping([("app.kubernetes.io/name", "triton-inference-server"), (INSTANCE_LABEL, name)])
+    selector = Y.mapping([(NAME_LABEL, TRITON_NAME), (INSTANCE_LABEL, name)])
     if multinode:
         selector[LEADER_LABEL] = "0"  # rank 0 serves; workers have no HTTP
     ref = picker or EndpointPicker(f"{name}-{EPP_DIR}")
@@ -148,8 +148,6 @@ def is_pool_route(doc: Any) -> bool:
 
 def pool_port(text: str, source: str) -> int:
     """The target port a pool file names (the canary pool uses the same)."""
-    from kubectl_triton.formats.yamlio import loads_all
-
     docs = loads_all(text, source)
     doc = docs[0] if docs and isinstance(docs[0], dict) else {}
     ports = (doc.get("spec") or {}).get("targetPorts") or [{}]
@@ -159,8 +157,6 @@ def pool_port(text: str, source: str) -> int:
 
 def pool_selector_is_multinode(text: str, source: str) -> bool:
     """Does the stable pool file select a group's leader only (so the canary pool must too)?"""
-    from kubectl_triton.formats.yamlio import loads_all
-
     docs = loads_all(text, source)
     doc = docs[0] if docs and isinstance(docs[0], dict) else {}
     labels = (((doc.get("spec") or {}).get("selector") or {}).get("matchLabels") or {})
@@ -169,8 +165,6 @@ def pool_selector_is_multinode(text: str, source: str) -> bool:
 
 def picker_of(text: str, source: str) -> EndpointPicker | None:
     """The platform picker a pool file names (None: the repository's own, `<pool>-endpoint-picker`)."""
-    from kubectl_triton.formats.yamlio import loads_all
-
     docs = loads_all(text, source)
     doc = docs[0] if docs and isinstance(docs[0], dict) else {}
     name = str((doc.get("metadata") or {}).get("name") or "")

@@ -15,12 +15,20 @@ import re
 import shutil
 import tempfile
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from kubectl_triton.compat.catalog import gpus
+from kubectl_triton.datafiles import data_text
 from kubectl_triton.errors import InputError
+from kubectl_triton.formats import pbtxt
 from kubectl_triton.formats import yamldump as Y
+from kubectl_triton.formats.yamledit import edit_resources
+from kubectl_triton.gitops import inferencepool
+from kubectl_triton.gitops.inferencepool import platform_picker
+from kubectl_triton.gitops.layout import confine
+from kubectl_triton.gitops.model import LAYOUT_FILE
+from kubectl_triton.gitops.repo import flux_kustomizations
 
 BACKENDS = ("tensorrtllm", "onnxruntime", "pytorch", "tensorflow", "python", "ensemble")
 DATA_TYPES = ("BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64",
@@ -362,8 +370,6 @@ def _check_llm(opts: Options) -> None:
 
 def gpus_per_node(opts: Options) -> int:
     """GPUs each pod of a multi-node group requests: --gpus-per-node, else the catalog's node shape."""
-    from kubectl_triton.compat.catalog import gpus
-
     if opts.llm.gpus_per_node is not None:
         return opts.llm.gpus_per_node
     entry = gpus().get(opts.gpus[0]) if opts.gpus else None
@@ -375,8 +381,6 @@ def gpus_per_node(opts: Options) -> int:
 
 def _check_nodes(opts: Options) -> None:
     """--nodes/--gpus-per-node: tp x pp must fill the group exactly, each pod fits the node shape."""
-    from kubectl_triton.compat.catalog import gpus
-
     llm = opts.llm
     if llm.nodes < 1:
         raise InputError(f"--nodes {llm.nodes}: must be at least 1")
@@ -405,8 +409,6 @@ def _check_nodes(opts: Options) -> None:
 # ---- config.pbtxt through Triton's schema ----------------------------------------------------------
 
 def _schema() -> Any:
-    from kubectl_triton.formats import pbtxt
-
     return pbtxt.schema()
 
 
@@ -445,7 +447,6 @@ def format_config(config: Any) -> str:
     checked to parse back into the same message with Triton's schema."""
     from google.protobuf import text_format
 
-    from kubectl_triton.formats import pbtxt
 
     present = [f.name for f, _ in config.ListFields()]
     order = [f for f in _FIELD_ORDER if f in present] + [f for f in present if f not in _FIELD_ORDER]
@@ -950,7 +951,7 @@ def flux_kustomization(name: str, path: str, *, timeout: str, depends: tuple[str
 
 
 def _template(name: str) -> str:
-    return resources.files("kubectl_triton").joinpath("data", "templates", name).read_text(encoding="utf-8")
+    return data_text("templates", name)
 
 
 # ---- the whole model --------------------------------------------------------------------------------
@@ -1005,8 +1006,6 @@ def model_files(opts: Options, facts: RepoFacts) -> dict[str, str]:
 
 def render(opts: Options, facts: RepoFacts) -> dict[str, str]:
     """Every file add-model writes, repository-relative path -> content (the cluster kustomization included)."""
-    from kubectl_triton.formats.yamledit import edit_resources
-
     check_options(opts, facts)
     name = opts.name
     inner = model_files(opts, facts)
@@ -1035,8 +1034,6 @@ def render(opts: Options, facts: RepoFacts) -> dict[str, str]:
             f"{name}-{gpu}", f"overlays/{name}/{gpu}", timeout="30m" if depends else "15m", depends=depends)
         entries.append(f"{name}-{gpu}.yaml")
     if opts.route == "inferencepool":
-        from kubectl_triton.gitops import inferencepool
-
         multinode = opts.backend == "tensorrtllm" and opts.llm.nodes > 1
         for rel, text in inferencepool.route_files(name, sorted(triton_models), gateway=gateway_ref(opts.gateway),
                                                    multinode=multinode, picker=facts.picker,
@@ -1100,8 +1097,6 @@ def _files_under(root: Path, rel: str) -> list[str]:
 
 def find_members(root: Path, steps: tuple[Step, ...], exclude: str) -> dict[str, Member]:
     """The models ensemble steps name: models/*/MODEL/ (or models/DIR/MODEL/), models/`exclude` skipped."""
-    from kubectl_triton.formats import pbtxt
-
     out: dict[str, Member] = {}
     for step in steps:
         if step.model in out:
@@ -1131,8 +1126,6 @@ def find_members(root: Path, steps: tuple[Step, ...], exclude: str) -> dict[str,
 
 def read_facts(root: Path, opts: Options, cluster: str | None) -> RepoFacts:
     """Everything `render`/`plan` need from the repository at `root`."""
-    from kubectl_triton.gitops.repo import flux_kustomizations
-
     validate_name(opts.name)
     name = opts.name
     overlay_dir = root / "overlays" / name
@@ -1162,9 +1155,6 @@ def read_facts(root: Path, opts: Options, cluster: str | None) -> RepoFacts:
     members = find_members(root, opts.steps, exclude=name) if opts.backend == "ensemble" else {}
     picker = None
     if opts.route == "inferencepool":
-        from kubectl_triton.gitops.inferencepool import platform_picker
-        from kubectl_triton.gitops.model import LAYOUT_FILE
-
         picker = platform_picker(root, LAYOUT_FILE)
     rel = f"clusters/{cluster_name}/models/{name}-route.yaml"
     if (root / rel).exists() and rel not in existing:
@@ -1182,7 +1172,6 @@ def write_plan(root: Path, todo: Plan) -> None:
     """Write every file of `todo` into a temporary folder inside `root`, then move them into place; on any
     failure undo every move, so the tree is byte-for-byte as before. Raises InputError naming the file."""
     root = root.resolve()
-    from kubectl_triton.gitops.layout import confine
 
     for rel in [*todo.files, *todo.delete]:
         if rel.startswith("/") or ".." in rel.split("/"):

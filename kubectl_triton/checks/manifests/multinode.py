@@ -13,16 +13,17 @@ from typing import Any
 from kubectl_triton.checks.findings import Finding
 from kubectl_triton.checks.registry import register
 from kubectl_triton.compat.catalog import GPU, by_gfd_label
+from kubectl_triton.compat.repo_check import load_model
 from kubectl_triton.errors import TritonCtlError
 from kubectl_triton.formats.schemas import object_id
 from kubectl_triton.gitops import repo
+from kubectl_triton.gitops.labels import INSTANCE_LABEL as INSTANCE
+from kubectl_triton.gitops.labels import PRODUCT_LABEL as PRODUCT
 
 LWS_KIND, LWS_GROUP = "LeaderWorkerSet", "leaderworkerset.x-k8s.io"
 LWS_CHART = "lws"
 SERVER = "tritonserver"
 GPU_RESOURCE = "nvidia.com/gpu"
-PRODUCT = "nvidia.com/gpu.product"
-INSTANCE = "app.kubernetes.io/instance"
 SHM_PER_GPU = 1 << 30  # bytes of /dev/shm per GPU of the pod, at least (NCCL's and the python backend's buffers)
 
 WORLD_SIZE = register(
@@ -146,8 +147,6 @@ def _shm_problem(template: dict, gpus: int) -> str | None:
 
 def _engine_world(root: Path, model: str, gpu: GPU | None) -> tuple[int | None, int | None, str]:
     """(tp x pp from model.yaml, recorded engine's world size, where) of the model a group serves."""
-    from kubectl_triton.compat.repo_check import load_model
-
     directory = root / "models" / model
     if not directory.is_dir():
         return None, None, ""
