@@ -5,6 +5,7 @@ keep a group from starting: world size, node shape, /dev/shm, restart policy, LW
 from __future__ import annotations
 
 import copy
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from kubectl_triton.adapters import kustomize
 from kubectl_triton.checks import gate
 from kubectl_triton.checks.manifests import multinode
 from kubectl_triton.formats import schemas, yamlio
+from tests.apiserver import api  # noqa: F401 - fixture
 from tests.conftest import REPO
 
 LLM = ["--backend", "tensorrtllm", "--gpu", "h100-80gb", "--tp", "8", "--pp", "2", "--nodes", "2"]
@@ -200,3 +202,20 @@ def test_validate_wants_the_lws_controller_installed_before_the_group(repo_copy)
     infra.write_text(infra.read_text().replace("  - helmrelease-lws.yaml\n", ""))
     found = [f for f in gate.validate_repo(repo_copy) if f.code == "MultinodeControllerMissing"]
     assert len(found) == 1 and "no Flux Kustomization of clusters/production installs the lws chart" in found[0].message
+
+
+def test_gpus_counts_nodes_that_can_host_a_whole_group(run_cli, api):  # noqa: F811
+    from tests.test_gpus import gpu_pod, node
+
+    api.cluster.apply(node("h100-a", "NVIDIA-H100-80GB-HBM3", 8), node("h100-b", "NVIDIA-H100-80GB-HBM3", 8),
+                      gpu_pod("llm", "h100-a", 2))
+    res = run_cli("--kubeconfig", str(api.kubeconfig_path), "gpus", "--repo", str(REPO), "-o", "json")
+    assert res.exit_code == 0, res.stderr
+    fit = {f["overlay"]: f for f in json.loads(res.stdout)["overlays"]}["overlays/llama3-70b/h100-80gb"]
+    assert (fit["gpus_per_pod"], fit["group_size"], fit["nodes_that_fit"], fit["nodes_free_now"]) == (8, 2, 2, 1)
+    assert fit["reason"] == ("group of 2 pods x 8 GPU(s): 2 node(s) can host a pod, 1 with 8 free now; "
+                             "the group needs 2")
+    api.cluster.apply(node("h100-c", "NVIDIA-H100-80GB-HBM3", 8))
+    res = run_cli("--kubeconfig", str(api.kubeconfig_path), "gpus", "--repo", str(REPO), "-o", "json")
+    fit = {f["overlay"]: f for f in json.loads(res.stdout)["overlays"]}["overlays/llama3-70b/h100-80gb"]
+    assert fit["reason"].endswith("the whole group fits now") and fit["nodes_free_now"] == 2
