@@ -121,6 +121,13 @@ def test_the_example_model_renders_and_validates():
     assert lws["spec"]["leaderWorkerTemplate"]["size"] == 2
     meta = yamlio.load_all(REPO / "models" / "llama3-70b" / "model.yaml")[0]
     assert meta["engine"]["tp"] * meta["engine"]["pp"] == 16
+    # The engine-build Job builds from the same model.yaml: every one of the group's 16 ranks.
+    build = render(REPO, "overlays/llama3-70b/h100-80gb-engine-build")
+    (cm,) = [o for o in build if o["kind"] == "ConfigMap" and "model.yaml" in o.get("data", {})]
+    engine = yamlio.loads_all(cm["data"]["model.yaml"], "model.yaml")[0]["engine"]
+    group = lws["spec"]["leaderWorkerTemplate"]
+    per_pod = group["leaderTemplate"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"]
+    assert engine["tp"] * engine["pp"] == group["size"] * per_pod == 16
     findings = gate.validate_repo(REPO)
     assert [f for f in findings if f.code.startswith("Multinode") or f.severity == "error"] == []
 
