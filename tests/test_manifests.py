@@ -113,7 +113,7 @@ def test_flux_kustomizations_wait_and_outlast_the_progress_deadline(rendered):
     cluster = rendered["clusters/production"]
     flux = {o["metadata"]["name"]: o for o in cluster if o["kind"] == "Kustomization"}
     model_ks = [k for k in flux.values() if k["spec"]["path"].startswith("./overlays/")]
-    assert len(model_ks) == 5
+    assert len(model_ks) == 7
     for ks in model_ks:
         spec = ks["spec"]
         assert spec["prune"] and spec["wait"]
@@ -123,6 +123,9 @@ def test_flux_kustomizations_wait_and_outlast_the_progress_deadline(rendered):
             assert dep["spec"]["progressDeadlineSeconds"] < _seconds(spec["timeout"]), overlay
             probe = dep["spec"]["template"]["spec"]["containers"][0]["startupProbe"]
             assert probe["periodSeconds"] * probe["failureThreshold"] <= dep["spec"]["progressDeadlineSeconds"]
+        for group in (d for d in rendered[overlay] if d["kind"] == "LeaderWorkerSet"):  # multi-node: the leader
+            probe = group["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["spec"]["containers"][0]["startupProbe"]
+            assert probe["periodSeconds"] * probe["failureThreshold"] < _seconds(spec["timeout"]), overlay
     serving = flux["llama3-8b-h100-80gb"]
     assert {"name": "llama3-8b-h100-80gb-engine-build"} in serving["spec"]["dependsOn"]
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from kubectl_triton.adapters import kustomize
 from kubectl_triton.checks.findings import Finding
-from kubectl_triton.checks.manifests import enginebuild, monitoring, routes, security
+from kubectl_triton.checks.manifests import enginebuild, monitoring, multinode, routes, security
 from kubectl_triton.checks.registry import register
 from kubectl_triton.errors import RenderError, TritonCtlError
 from kubectl_triton.formats import schemas, yamlio
@@ -99,7 +99,7 @@ def validate_repo(root: Path, options: Options | None = None,
     findings += _model_findings(root, rendered, options)
     if options.compat:
         findings += _compat_findings(root, rendered)
-    for repo_check in (enginebuild.check, security.check, routes.check, monitoring.check):
+    for repo_check in (enginebuild.check, security.check, routes.check, monitoring.check, multinode.check):
         findings += repo_check(root, rendered)
     return _dedupe(findings)
 

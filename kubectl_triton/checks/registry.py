@@ -32,6 +32,7 @@ CHECK_MODULES: tuple[str, ...] = (
     "kubectl_triton.checks.manifests.routes",
     "kubectl_triton.checks.manifests.enginebuild",
     "kubectl_triton.checks.manifests.monitoring",
+    "kubectl_triton.checks.manifests.multinode",
     "kubectl_triton.compat.repo_check",
 )
 

@@ -66,6 +66,7 @@ class Placement:
     labels: frozenset[str] | None      # admitted GFD product labels; None = any node
     image: str | None
     gpus_per_pod: int | None
+    group_size: int = 1                # pods per LeaderWorkerSet group (a multi-node model); 1 for a Deployment
 
 
 @dataclass(frozen=True)
@@ -121,13 +122,21 @@ def _gpu_count(container: dict[str, Any]) -> int | None:
 
 
 def placements(docs: Iterable[Any], overlay: str) -> list[Placement]:
-    """Placements of the Deployments (labelled with a model instance) among rendered objects."""
+    """Placements of the Deployments and LeaderWorkerSet groups (their leader template; every pod of a group asks
+    for the same GPUs) labelled with a model instance among rendered objects."""
     out = []
     for doc in docs:
-        if not isinstance(doc, dict) or doc.get("kind") != "Deployment":
+        if not isinstance(doc, dict) or doc.get("kind") not in ("Deployment", "LeaderWorkerSet"):
             continue
         meta = doc.get("metadata") or {}
-        template = ((doc.get("spec") or {}).get("template") or {})
+        group = 1
+        if doc["kind"] == "LeaderWorkerSet":
+            lwt = (doc.get("spec") or {}).get("leaderWorkerTemplate") or {}
+            template = lwt.get("leaderTemplate") or lwt.get("workerTemplate") or {}
+            size = lwt.get("size")
+            group = size if isinstance(size, int) and size > 0 else 1
+        else:
+            template = ((doc.get("spec") or {}).get("template") or {})
         labels = {**(meta.get("labels") or {}), **((template.get("metadata") or {}).get("labels") or {})}
         model = labels.get(INSTANCE_LABEL)
         if not model:
@@ -138,7 +147,7 @@ def placements(docs: Iterable[Any], overlay: str) -> list[Placement]:
         counts = [n for c in ([server] if server else containers) if (n := _gpu_count(c)) is not None]
         out.append(Placement(model=str(model), deployment=str(meta.get("name", "")), overlay=overlay,
                              labels=admitted_labels(pod), image=(server or {}).get("image"),
-                             gpus_per_pod=sum(counts) if counts else None))
+                             gpus_per_pod=sum(counts) if counts else None, group_size=group))
     return out
 
 
@@ -318,8 +327,8 @@ def matrix(root: Path, *, model: str | None = None, gpu: str | None = None,
     covered: set[str] = set()
     for p in found:
         info = models.get(p.model)
-        if info is None or (model and p.model != model):
-            continue
+        if info is None or (model and p.model != model) or p.group_size > 1:
+            continue  # groups (multi-node models) are checked by checks/manifests/multinode.py
         target = target_for(p, info)
         if want_gpu and want_gpu.key not in {g.key for g in target.gpus}:
             continue

@@ -1,5 +1,9 @@
 """Schema validation of rendered objects: kubernetes-validate's strict schemas for built-in kinds, the
-bundled strict JSON Schemas (datreeio/CRDs-catalog, MIT) for Flux, Prometheus Operator, KEDA and Gateway API."""
+bundled strict JSON Schemas (datreeio/CRDs-catalog, MIT) for Flux, Prometheus Operator, KEDA and Gateway API, and
+those converted from the projects' own CRDs (hack/crd_to_jsonschema.py, Apache-2.0, LICENSE and SOURCE.yaml beside
+each) for LeaderWorkerSet (data/crds/leaderworkerset.x-k8s.io) and the Gateway API Inference Extension's
+InferencePool (data/crds/inference.networking.k8s.io). A schema is found by apiVersion and kind:
+data/crds/<group>/<kind>_<version>.json."""
 
 from __future__ import annotations
 
