@@ -7,6 +7,7 @@ EXIT_OK = 0
 EXIT_FINDINGS = 1
 EXIT_USAGE = 2
 EXIT_TIMEOUT = 3
+EXIT_INTERRUPTED = 130
 
 
 class TritonCtlError(Exception):

@@ -44,7 +44,7 @@ def test_error_findings_exit_1_with_compiler_style_lines(tmp_path: Path, capsys)
     repo = repo_with(tmp_path, a=GOOD % "a", b=bad)
     code, out, _ = run(["check-models", str(repo)], capsys)
     assert code == 1
-    assert "b/config.pbtxt:3: error [triton.max-batch-size] b: 'max_batch_size' must be non-negative" in out
+    assert "b/config.pbtxt:3: error [MaxBatchSize] b: 'max_batch_size' must be non-negative" in out
     assert "1 error(s)" in out
 
 
@@ -81,7 +81,7 @@ def test_malformed_pbtxt_is_one_line_with_file_line_column(tmp_path: Path, capsy
     code, out, err = run(["check-models", str(repo)], capsys)
     assert code == 1
     assert "Traceback" not in out + err
-    lines = [ln for ln in out.splitlines() if "triton.pbtxt" in ln]
+    lines = [ln for ln in out.splitlines() if "ConfigSyntax" in ln]
     assert len(lines) == 1 and "m/config.pbtxt:3:" in lines[0] and "TYPE_FP33" in lines[0]
     assert "m/config.pbtxt:3:" in lines[0].split("m: ", 1)[1]  # the message itself carries file:line:column
 

@@ -7,8 +7,9 @@ import re
 
 import pytest
 
-from kubectl_triton.checks.findings import ERROR, WARNING, Finding, to_text
+from kubectl_triton.checks.findings import ERROR, WARNING, Finding
 from kubectl_triton.output import color as style
+from kubectl_triton.output.findings import to_text
 from tests.conftest import REPO
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -32,10 +33,10 @@ def test_enabled(monkeypatch, mode, no_color, tty, expected):
 
 
 def test_plain_findings_text_is_byte_identical_and_colour_only_adds_codes():
-    findings = [Finding(ERROR, "triton.ensemble", "bad", path="models/m/config.pbtxt", line=3, model="m"),
+    findings = [Finding(ERROR, "EnsembleGraph", "bad", path="models/m/config.pbtxt", line=3, model="m"),
                 Finding(WARNING, "practice.X", "meh", path="overlays/m/l4", object="Deployment/triton/m")]
     plain = to_text(findings)
-    assert plain == ("models/m/config.pbtxt:3: error [triton.ensemble] m: bad\n"
+    assert plain == ("models/m/config.pbtxt:3: error [EnsembleGraph] m: bad\n"
                      "overlays/m/l4: warning [practice.X] Deployment/triton/m: meh\n"
                      "1 error(s), 1 warning(s)")
     coloured = to_text(findings, color=True)

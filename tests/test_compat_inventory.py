@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from kubectl_triton.compat.inventory import format_inventory, inventory
+from kubectl_triton.compat.inventory import inventory
 from kubectl_triton.compat.repo_check import Placement
+from kubectl_triton.output.compat import format_inventory
 
 
 def node(name: str, product: str | None, gpus: int | None, unschedulable: bool = False) -> dict:

@@ -114,7 +114,7 @@ def test_real_world_repositories(repo: str) -> None:
     findings = check_repository(REAL_WORLD / repo)
     errors = [f for f in findings if f.severity == ERROR]
     if repo == "tutorials-HuggingFace-ensemblemodelrepository":
-        assert [(f.model, f.code) for f in errors] == [("ensemble_model", "triton.ensemble-model")]
+        assert [(f.model, f.code) for f in errors] == [("ensemble_model", "EnsembleModelMissing")]
         assert "vit" in errors[0].message
         assert errors[0].path == "ensemble_model/config.pbtxt" and errors[0].line
     else:

@@ -93,6 +93,6 @@ def test_malformed_layout_file_is_a_finding_with_its_line(run_cli, repo_copy: Pa
 
 def test_usage_errors_stay_exit_2(run_cli, tmp_path):
     result = run_cli("validate", str(tmp_path))
-    assert result.exit_code == 2 and "no overlays/ folder" in result.stderr
+    assert result.exit_code == 2 and "overlays/ folder here or in any parent" in result.stderr
     result = run_cli("validate", str(REPO), "--no-such-flag")
     assert result.exit_code == 2

@@ -98,7 +98,7 @@ def test_backend_is_inferred_from_version_files_as_triton_does(tmp_path: Path) -
 
 def test_folder_name_must_equal_model_name(tmp_path: Path) -> None:
     findings = check_repository(write_repo(tmp_path, {"folder": model("other")}))
-    assert [f.code for f in findings] == ["triton.model-name"]
+    assert [f.code for f in findings] == ["ModelName"]
     assert "'folder'" in findings[0].message and "'other'" in findings[0].message
 
 
@@ -140,13 +140,13 @@ def test_variable_reshape_with_matching_trunks_is_accepted(tmp_path: Path) -> No
 def test_version_policy_that_selects_no_version_folder(tmp_path: Path) -> None:
     text = model("m", extra="version_policy: { specific: { versions: [ 3 ] } }")
     (f,) = check_repository(write_repo(tmp_path, {"m": text}, {"m": [1, 2]}))
-    assert f.code == "triton.version-policy" and "'m'" in f.message
+    assert f.code == "VersionPolicy" and "'m'" in f.message
 
 
 def test_syntax_error_is_a_finding_with_file_line_and_column(tmp_path: Path) -> None:
     repo = write_repo(tmp_path, {"bad": 'name: "bad"\nmax_batch_size: eight\n', "good": model("good")})
     (f,) = check_repository(repo)
-    assert (f.code, f.model, f.line) == ("triton.pbtxt", "bad", 2)
+    assert (f.code, f.model, f.line) == ("ConfigSyntax", "bad", 2)
     assert f.message.startswith("bad/config.pbtxt:2:")
     with pytest.raises(InputError, match=r"bad/config.pbtxt:2:\d+"):
         load_repository(repo)
@@ -174,7 +174,7 @@ def test_well_wired_ensemble_passes(tmp_path: Path) -> None:
 def test_ensemble_data_type_mismatch_between_steps(tmp_path: Path) -> None:
     second = model("second", inputs='{ name: "IN" data_type: TYPE_INT32 dims: [ 16 ] }')
     (f,) = check_repository(pipeline(tmp_path, model("first"), second))
-    assert (f.model, f.code) == ("ens", "triton.ensemble")
+    assert (f.model, f.code) == ("ens", "EnsembleGraph")
     assert ("ensemble tensor mid: inconsistent data type: TYPE_FP32 is inferred from model first while "
             "TYPE_INT32 is inferred from model second") in f.message
 
@@ -286,7 +286,7 @@ def test_filled_tensorrtllm_model_with_optional_placeholders_passes(tmp_path: Pa
 def test_unfilled_engine_path_placeholder_is_an_error(tmp_path: Path) -> None:
     text = trtllm(path="${engine_dir}")
     (f,) = check_repository(write_repo(tmp_path, {"tensorrt_llm": text}))
-    assert (f.code, f.severity) == ("tensorrtllm.placeholder", ERROR)
+    assert (f.code, f.severity) == ("TRTLLMPlaceholder", ERROR)
     assert "gpt_model_path" in f.message and "engine_dir" in f.message
     assert "${engine_dir}" in text.splitlines()[f.line - 1]
 
@@ -301,7 +301,7 @@ def test_missing_mandatory_parameter_and_bad_batching_strategy(tmp_path: Path) -
 
 def test_mistyped_optional_parameter_is_only_a_warning(tmp_path: Path) -> None:
     (f,) = check_repository(write_repo(tmp_path, {"tensorrt_llm": trtllm(beam="wide")}))
-    assert (f.severity, f.code) == (WARNING, "tensorrtllm.parameter") and "max_beam_width" in f.message
+    assert (f.severity, f.code) == (WARNING, "TRTLLMParameter") and "max_beam_width" in f.message
 
 
 def test_text_input_on_tensorrtllm_points_to_the_ensemble(tmp_path: Path) -> None:
@@ -311,7 +311,7 @@ def test_text_input_on_tensorrtllm_points_to_the_ensemble(tmp_path: Path) -> Non
         "ensemble", steps, mbs=64, inputs='{ name: "IN" data_type: TYPE_INT32 dims: [ -1 ] }',
         outputs='{ name: "OUT" data_type: TYPE_INT32 dims: [ -1, -1 ] }')})
     (f,) = errors(check_repository(repo))
-    assert (f.model, f.code) == ("tensorrt_llm", "tensorrtllm.text-input")
+    assert (f.model, f.code) == ("tensorrt_llm", "TRTLLMTextInput")
     assert "'ensemble'" in f.message
 
 
@@ -323,11 +323,11 @@ def test_streaming_into_a_non_decoupled_tensorrtllm_model_is_flagged(tmp_path: P
                '{ name: "stream" data_type: TYPE_BOOL dims: [ 1 ] }',
         outputs='{ name: "OUT" data_type: TYPE_INT32 dims: [ -1, -1 ] }')})
     (f,) = check_repository(repo)
-    assert (f.model, f.code, f.severity) == ("ensemble", "tensorrtllm.decoupled", WARNING)
+    assert (f.model, f.code, f.severity) == ("ensemble", "TRTLLMDecoupled", WARNING)
     assert check_repository(write_repo(tmp_path / "ok", {"tensorrt_llm": trtllm()})) == []
 
 
 def test_streaming_parameter_requires_decoupled(tmp_path: Path) -> None:
     text = trtllm(decoupled=False) + 'parameters: { key: "streaming" value: { string_value: "true" } }\n'
     (f,) = check_repository(write_repo(tmp_path, {"tensorrt_llm": text}))
-    assert (f.code, f.severity) == ("tensorrtllm.decoupled", ERROR)
+    assert (f.code, f.severity) == ("TRTLLMDecoupled", ERROR)

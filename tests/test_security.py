@@ -127,7 +127,7 @@ def test_model_metadata_credentials(tmp_path):
     meta.write_text("name: m\nartifacts:\n  source: s3\n  uri: s3://bucket/m\n  access_key_id: AKIAIOSFODNN7EXAMPLE\n"
                     "  secret_access_key: wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY\n")
     found = check_model_metadata(tmp_path)
-    assert [(f.code, f.line) for f in found] == [("security.LiteralCredential", 5), ("security.LiteralCredential", 6)]
+    assert [(f.code, f.line) for f in found] == [("LiteralCredential", 5), ("LiteralCredential", 6)]
     meta.write_text(meta.read_text() + "annotations:\n  " + EXEMPT_ANNOTATION
                     + ": 'LiteralCredential: public MinIO demo keys, documented upstream'\n")
     assert check_model_metadata(tmp_path) == []
@@ -139,7 +139,7 @@ def test_validate_reports_security_findings(run_cli, repo_copy):
     res = run_cli("validate", str(repo_copy), "-o", "json", "--no-compat")
     assert res.exit_code == 1
     got = {f["code"] for f in json.loads(res.stdout)["findings"] if f["severity"] == "error"}
-    assert got == {"security.PrivilegeEscalation"}
+    assert got == {"PrivilegeEscalation"}
 
 
 def test_documented_codes_and_annotation():

@@ -42,10 +42,10 @@ def test_text_output_is_one_line_per_finding_with_a_summary(run_cli, repo_copy: 
     _edit(repo_copy / "base/triton/horizontalpodautoscaler.yaml", """    - type: Pods
       pods:
         metric:
-          name: avg_time_queue_us
+          name: triton_queue_compute_ratio
         target:
           type: AverageValue
-          averageValue: "50"
+          averageValue: "1"
 """, """    - type: Resource
       resource:
         name: cpu
@@ -56,7 +56,7 @@ def test_text_output_is_one_line_per_finding_with_a_summary(run_cli, repo_copy: 
     result = run_cli("validate", str(repo_copy))
     assert result.exit_code == 0  # warnings only
     lines = result.stdout.strip().splitlines()
-    assert any(line.startswith("overlays/image-classifier/l4: warning [practice.HPAOnCPU] "
+    assert any(line.startswith("overlays/image-classifier/l4: warning [HPAOnCPU] "
                                "HorizontalPodAutoscaler/triton/image-classifier-triton:") for line in lines)
     assert lines[-1].startswith("0 error(s), ")
 
@@ -104,13 +104,13 @@ def test_unknown_manifest_field_is_a_schema_error(run_cli, repo_copy: Path):
 @pytest.mark.parametrize("edit, code", [
     (("overlays/llama3-8b/model/deployment.yaml", "image: nvcr.io/nvidia/tritonserver:24.12-trtllm-python-py3\n"
       "          startupProbe", "image: nvcr.io/nvidia/tritonserver:latest\n          startupProbe"),
-     "practice.ImageTagNotPinned"),
+     "ImageTagNotPinned"),
     (("overlays/llama3-8b/model/deployment.yaml", "image: nvcr.io/nvidia/tritonserver:24.12-trtllm-python-py3\n"
       "          startupProbe", "image: nvcr.io/nvidia/tritonserver:24.12-py3\n          startupProbe"),
-     "practice.TRTLLMImage"),
+     "TRTLLMImage"),
     (("clusters/production/models/text-embedder-a10g.yaml", "timeout: 15m", "timeout: 5m"),
-     "practice.ProgressDeadline"),
-    (("overlays/text-embedder/a10g/kustomization.yaml", "  - ../../gpus/a10g\n", ""), "practice.GPULimitMissing"),
+     "ProgressDeadline"),
+    (("overlays/text-embedder/a10g/kustomization.yaml", "  - ../../gpus/a10g\n", ""), "GPULimitMissing"),
     (("clusters/production/models/image-classifier-l4.yaml", "    - name: platform\n",
       "    - name: platfrom\n"), "FluxDependencyMissing"),
     (("clusters/production/models/image-classifier-l4.yaml", "./overlays/image-classifier/l4",
@@ -122,7 +122,7 @@ def test_unknown_manifest_field_is_a_schema_error(run_cli, repo_copy: Path):
     (("models/llama3-8b/model.yaml", "engine_dir: /artifacts/llama3-8b/engines/h100-80gb",
       "engine_dir: /artifacts/llama3-8b/engines/h100"), "EngineDirMismatch"),
     (("overlays/image-classifier/model/deployment.yaml", "triton-models: image_classifier",
-      "triton-models: image_classifer"), "practice.ModelsAnnotation"),
+      "triton-models: image_classifer"), "ModelsAnnotation"),
 ])
 def test_each_rule_fails_the_gate(run_cli, repo_copy: Path, edit, code):
     _edit(repo_copy / edit[0], edit[1], edit[2])

@@ -5,8 +5,6 @@ The checks themselves are pure (checks/*, schemas, compat); this module only gat
 from __future__ import annotations
 
 import hashlib
-import importlib
-import importlib.util
 import json
 import tempfile
 from collections import defaultdict
@@ -16,13 +14,38 @@ from pathlib import Path
 from typing import Any
 
 from kubectl_triton.adapters import kustomize
-from kubectl_triton.checks.findings import ERROR, WARNING, Finding
-from kubectl_triton.checks.manifests import convergence, gpufacts
+from kubectl_triton.checks.findings import Finding
+from kubectl_triton.checks.manifests import convergence, enginebuild, gpufacts, monitoring, multinode, routes, security
 from kubectl_triton.checks.registry import register
 from kubectl_triton.errors import RenderError, TritonCtlError
 from kubectl_triton.formats import schemas, yamlio
 from kubectl_triton.gitops import assembly, inputs, layout, repo
+from kubectl_triton.gitops.labels import INSTANCE_LABEL
 
+RENDER_FAILED = register("RenderFailed", "error", "overlay",
+                         "kustomize cannot build the folder (as Flux's build would fail)",
+                         "run `kubectl kustomize PATH` and fix the file it names")
+SCHEMA_INVALID = register("SchemaInvalid", "error", "overlay", "a rendered object fails its Kubernetes or CRD schema",
+                          "fix the field named; the API server (or Flux's dry run) would reject the object")
+SCHEMA_MISSING = register("SchemaMissing", "warning", "overlay", "no schema is known for a rendered kind",
+                          "check the kind and apiVersion; custom resources need their CRD schema bundled")
+FLUX_DEPENDENCY = register("FluxDependencyMissing", "error", "cluster",
+                           "a Flux Kustomization dependsOn something no Flux Kustomization of the repository is",
+                           "name an existing Kustomization in dependsOn (name and namespace), or add it")
+FLUX_PATH = register("FluxPathInvalid", "error", "cluster", "a Flux Kustomization's spec.path is missing or leaves "
+                     "the repository", "point spec.path at a folder of this repository (relative to its root)")
+FLUX_UNBUILDABLE = register("FluxPathUnbuildable", "warning", "cluster",
+                            "a Flux Kustomization's path has no kustomization.yaml",
+                            "add a kustomization.yaml so the folder renders the same here and in Flux")
+DUPLICATE_OBJECT = register("DuplicateObject", "error", "cluster",
+                            "two Flux Kustomizations of one cluster render the same object",
+                            "render each object from one Kustomization only (a model on one GPU type per cluster)")
+MODEL_REPOSITORY = register("ModelRepositoryInvalid", "error", "overlay",
+                            "the model-repository ConfigMap cannot be assembled into a Triton repository",
+                            "fix the ConfigMap keys (model/config.pbtxt paths) that the generator writes")
+COMPAT_INPUT = register("CompatInputInvalid", "error", "repository",
+                        "an engine record or model metadata that the compat checks cannot read",
+                        "fix or re-record the file named (kubectl triton record-engine)")
 YAML_INVALID = register(
     "YamlInvalid", "error", "repository",
     "A kustomization, Flux or model.yaml file of the repository is not valid YAML; the gate reports it and checks "
@@ -36,14 +59,16 @@ MODEL_METADATA_INVALID = register(
     "ModelMetadataInvalid", "error", "model",
     "models/<model>/model.yaml has a field of the wrong shape (the GPU and compatibility checks skip that model).",
     "Write the field as add-model does (strings, a list of GPU types, positive integers under engine:).")
+CHECK_INPUT = register(
+    "CheckInputInvalid", "error", "repository",
+    "a file a repository-wide check reads cannot be used (it is reported on its own too); the check was skipped",
+    "fix the file named")
 
-INSTANCE_LABEL = "app.kubernetes.io/instance"
-# Repository-wide checks with the signature check(root: Path, targets: list[Target]) -> list[Finding],
-# run when their module exists.
-REPO_CHECKS = ("kubectl_triton.checks.manifests.enginebuild", "kubectl_triton.checks.manifests.security",
-               "kubectl_triton.checks.manifests.routes")
-# Of those, the checks whose findings on one folder depend on that folder alone (--changed-from narrows them).
-LOCAL_CHECKS = ("kubectl_triton.checks.manifests.security",)
+# Repository-wide checks: check(root, targets) -> findings. LOCAL ones judge each folder on its own (so
+# --changed-from runs them on the affected folders only); the others need every folder of a cluster.
+LOCAL_CHECKS = (security.check,)
+CLUSTER_CHECKS = (enginebuild.check, routes.check, monitoring.check, multinode.check)
+
 
 
 @dataclass
@@ -85,7 +110,7 @@ def validate_repo(root: Path, options: Options | None = None,
     cache = kustomize.RenderCache() if options.cache else None
     for target, result in zip(targets, kustomize.build_many((t.path for t in targets), cache), strict=True):
         if isinstance(result, RenderError):
-            findings.append(Finding(ERROR, "RenderFailed", f"kustomize build failed: {result.detail}",
+            findings.append(RENDER_FAILED.finding(f"kustomize build failed: {result.detail}",
                                     path=target.rel))
             continue
         target.result = result
@@ -95,7 +120,7 @@ def validate_repo(root: Path, options: Options | None = None,
         try:
             target.objects = yamlio.loads_all(result.yaml, target.rel)
         except TritonCtlError as err:
-            findings.append(Finding(ERROR, "RenderFailed", err.message, path=target.rel))
+            findings.append(RENDER_FAILED.finding(err.message, path=target.rel))
             continue
         if cache is not None and result.key is not None:
             cache.put_docs(result.key, target.objects)
@@ -117,13 +142,11 @@ def validate_repo(root: Path, options: Options | None = None,
     findings += _model_findings(root, local, options)
     if options.compat:
         findings += _compat_findings(root, local)
-    for module_name in REPO_CHECKS:
-        if importlib.util.find_spec(module_name) is not None:
-            try:
-                findings += importlib.import_module(module_name).check(
-                    root, local if module_name in LOCAL_CHECKS else rendered)
-            except TritonCtlError as err:  # a file the check reads is malformed: reported above, go on
-                findings.append(Finding(ERROR, "CheckInputInvalid", _relative_message(root, err.message)))
+    for repo_check in (*LOCAL_CHECKS, *CLUSTER_CHECKS):
+        try:
+            findings += repo_check(root, local if repo_check in LOCAL_CHECKS else rendered)
+        except TritonCtlError as err:  # a file the check reads is malformed: reported above, go on
+            findings.append(CHECK_INPUT.finding(_relative_message(root, err.message)))
     say("simulating each cluster's apply order")
     findings += convergence.check(root, targets, provides)
     findings += gpufacts.check(root, local)
@@ -196,7 +219,7 @@ def _targets(root: Path, findings: list[Finding]) -> list[Target]:
 
     for overlay in repo.overlays(root, tolerant=True):
         add(overlay)
-    for cluster in repo.clusters(root):
+    for cluster in repo.clusters(root, tolerant=True):
         if repo.kustomization_file(cluster) is not None:
             add(cluster)
     flux = repo.flux_kustomizations(root, tolerant=True)
@@ -204,26 +227,26 @@ def _targets(root: Path, findings: list[Finding]) -> list[Target]:
     for ks in flux:
         rel_file = repo.relative(root, ks.file)
         where = f"Kustomization/{ks.namespace}/{ks.name}"
-        spec: dict[str, Any] = ks.obj["spec"] if isinstance(ks.obj.get("spec"), dict) else {}
+        spec = ks.spec
         depends = spec.get("dependsOn") or []
         if not isinstance(depends, list) or not all(isinstance(d, dict) for d in depends):
-            findings.append(Finding(ERROR, "FluxDependencyMissing", "dependsOn must be a list of {name, namespace} "
+            findings.append(FLUX_DEPENDENCY.finding("dependsOn must be a list of {name, namespace} "
                                     "objects", path=rel_file, object=where))
             depends = [d for d in depends if isinstance(d, dict)] if isinstance(depends, list) else []
         for dep in depends:
             if (dep.get("namespace", ks.namespace), dep.get("name")) not in names:
-                findings.append(Finding(ERROR, "FluxDependencyMissing", f"dependsOn {dep.get('name')} names no "
+                findings.append(FLUX_DEPENDENCY.finding(f"dependsOn {dep.get('name')} names no "
                                         "Flux Kustomization in this repository: Flux would wait for it forever",
                                         path=rel_file, object=where))
         path = (root / ks.path).resolve()
         if root.resolve() not in (path, *path.parents):
-            findings.append(Finding(ERROR, "FluxPathInvalid", f"spec.path {ks.path} leaves the repository",
+            findings.append(FLUX_PATH.finding(f"spec.path {ks.path} leaves the repository",
                                     path=rel_file, object=where))
         elif not path.is_dir():
-            findings.append(Finding(ERROR, "FluxPathInvalid", f"spec.path {ks.path} does not exist",
+            findings.append(FLUX_PATH.finding(f"spec.path {ks.path} does not exist",
                                     path=rel_file, object=where))
         elif repo.kustomization_file(path) is None:
-            findings.append(Finding(WARNING, "FluxPathUnbuildable", f"spec.path {ks.path} has no "
+            findings.append(FLUX_UNBUILDABLE.finding(f"spec.path {ks.path} has no "
                                     "kustomization.yaml; Flux generates one from every YAML file below it",
                                     path=rel_file, object=where))
         else:
@@ -241,8 +264,8 @@ def _schema_findings(targets: list[Target], version: str) -> list[Finding]:
     for target in targets:
         for obj in target.objects:
             for issue in schemas.validate_object(obj, version):
-                severity, code = (WARNING, "SchemaMissing") if issue.missing_schema else (ERROR, "SchemaInvalid")
-                out.append(Finding(severity, code, issue.message, path=target.rel, object=issue.object))
+                check = SCHEMA_MISSING if issue.missing_schema else SCHEMA_INVALID
+                out.append(check.finding(issue.message, path=target.rel, object=issue.object))
     return out
 
 
@@ -250,7 +273,7 @@ def _duplicate_findings(root: Path, targets: list[Target]) -> list[Finding]:
     """Two overlays applied to the same cluster must not render the same object."""
     by_path = {t.path: t for t in targets}
     out = []
-    for cluster in repo.clusters(root):
+    for cluster in repo.clusters(root, tolerant=True):
         owners: dict[str, list[str]] = defaultdict(list)
         for ks in repo.flux_kustomizations(root, cluster, tolerant=True):
             target = by_path.get((root / ks.path).resolve())
@@ -260,7 +283,7 @@ def _duplicate_findings(root: Path, targets: list[Target]) -> list[Finding]:
                 owners[f"{obj.get('apiVersion')}:{schemas.object_id(obj)}"].append(ks.name)
         for oid, names in sorted(owners.items()):
             if len(names) > 1:
-                out.append(Finding(ERROR, "DuplicateObject", f"rendered by several Flux Kustomizations "
+                out.append(DUPLICATE_OBJECT.finding(f"rendered by several Flux Kustomizations "
                                    f"({', '.join(sorted(names))}); they would fight over it and prune it",
                                    path=repo.relative(root, cluster), object=oid.split(":", 1)[1]))
     return out
@@ -297,7 +320,7 @@ def _check_assembled(root: Path, target: Target, data: dict[str, str], dest: Pat
     try:
         assembly.assemble(data, dest)
     except TritonCtlError as err:
-        return [Finding(ERROR, "ModelRepositoryInvalid", err.message, path=target.rel)], \
+        return [MODEL_REPOSITORY.finding(err.message, path=target.rel)], \
             practices.ModelFacts(False, False)
     instance = _instance(target.objects)
     found = check_repository(dest, display_root=dest, strict=strict_model_config(target.objects))
@@ -362,7 +385,7 @@ def _compat_findings(root: Path, targets: list[Target]) -> list[Finding]:
     try:
         return check_repo(root, overlays)
     except TritonCtlError as err:
-        return [Finding(ERROR, "CompatInputInvalid", _relative_message(root, err.message))]
+        return [COMPAT_INPUT.finding(_relative_message(root, err.message))]
 
 
 def _dedupe(findings: list[Finding]) -> list[Finding]:

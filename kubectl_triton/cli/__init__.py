@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import sys
+import warnings
 
 import click
 
 from kubectl_triton import __version__
-from kubectl_triton.errors import EXIT_USAGE, TritonCtlError
+from kubectl_triton.cli.options import FORMATS
+from kubectl_triton.errors import EXIT_INTERRUPTED, EXIT_USAGE, TritonCtlError
 
 # command name -> (module under kubectl_triton.cli.commands exposing `command`, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -63,7 +66,7 @@ def _module_exists(module: str) -> bool:
 @click.option("--kubeconfig", envvar="KUBECONFIG", help="Path to the kubeconfig file.")
 @click.option("--context", "kube_context", help="The kubeconfig context to use.")
 @click.option("-n", "--namespace", help="Namespace scope for cluster commands.")
-@click.option("-o", "--output", type=click.Choice(["text", "json", "github", "markdown"]),
+@click.option("-o", "--output", type=click.Choice(list(FORMATS)),
               help="Output format (each command documents which it accepts).")
 @click.option("--color", type=click.Choice(["auto", "always", "never"]), default=None, envvar="KUBECTL_TRITON_COLOR",
               help="Colour the output: auto (on a terminal, unless NO_COLOR is set), always, never.")
@@ -84,7 +87,9 @@ def cli(ctx: click.Context, kubeconfig: str | None, kube_context: str | None,
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Console-script entry: run the group and translate the error set into exit codes."""
+    """Console-script entry and the one exit path: run the group, turn the error set into one line on stderr and
+    an exit code (0 ok, 1 findings, 2 usage, 130 interrupted); a closed stdout (`| head`) ends quietly."""
+    warnings.filterwarnings("ignore")  # a library's warning is never the user's business on stderr
     try:
         # Shell completion (_KUBECTL_TRITON_COMPLETE=bash_source|zsh_source|fish_source) completes the
         # `kubectl-triton` executable; messages and usage name the command as kubectl users type it.
@@ -97,14 +102,25 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(err.exit_code)
     except click.exceptions.Exit as err:
         sys.exit(err.exit_code)
-    except click.Abort:
+    except (click.Abort, KeyboardInterrupt):
         click.echo("aborted", err=True)
-        sys.exit(130)
+        sys.exit(EXIT_INTERRUPTED)
     except click.ClickException as err:
         err.show()
         sys.exit(EXIT_USAGE if isinstance(err, click.UsageError) else err.exit_code)
     except BrokenPipeError:
-        sys.stderr.close()
-        sys.exit(0)
+        _closed_stdout()
+    except SystemExit as exc:
+        # click answers EPIPE with exit 1 after wrapping stdout; a reader that stopped reading is no failure
+        if type(sys.stdout).__name__.lstrip("_") == "PacifyFlushWrapper":
+            _closed_stdout()
+        raise exc
     sys.exit(code if isinstance(code, int) else 0)
 
+
+def _closed_stdout() -> None:
+    """The reader of stdout went away: point stdout at /dev/null (so the final flush cannot fail) and exit 0."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    with contextlib.suppress(OSError, ValueError):
+        os.dup2(devnull, sys.stdout.fileno())
+    sys.exit(0)

@@ -19,6 +19,7 @@ class GPU:
     compute_capability: str
     memory_mib: int
     family: str
+    gpus_per_node: int | None = None  # GPUs of the usual server (HGX baseboard: 8); None where servers vary
 
     @property
     def label(self) -> str:
@@ -42,7 +43,8 @@ def gpus() -> dict[str, GPU]:
         out[key] = GPU(key=key, gfd_products=tuple(entry["gfd_products"]),
                        smi_names=tuple(entry["smi_names"]),
                        compute_capability=str(entry["compute_capability"]),
-                       memory_mib=int(entry["memory_mib"]), family=str(entry["family"]))
+                       memory_mib=int(entry["memory_mib"]), family=str(entry["family"]),
+                       gpus_per_node=int(entry["gpus_per_node"]) if entry.get("gpus_per_node") else None)
     return out
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+import shutil
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -16,7 +17,18 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kubectl_triton.errors import InputError, ToolMissing
+from kubectl_triton.adapters import kustomize
+from kubectl_triton.errors import InputError, RenderError, ToolMissing, TritonCtlError
+from kubectl_triton.formats import yamlio
+from kubectl_triton.gitops.model import (
+    FLUX_KUSTOMIZATION_API,
+    LAYOUT_FILE,
+    Layout,
+    Repository,
+    kustomization_file,
+    relative,
+)
+from kubectl_triton.output.color import Style
 
 UNAPPLIED = "(no cluster)"  # overlays that no Flux Kustomization applies
 WORKLOADS = ("Deployment", "StatefulSet", "DaemonSet", "Job")  # a changed Job template: Flux recreates it
@@ -231,7 +243,9 @@ def short(value: Any, width: int = 60) -> str:
 # -------------------------------------------------------------------------------------------------- output
 
 
-def to_json(report: Report) -> str:
+def to_dict(report: Report) -> dict:
+    """The documented -o json / -o yaml document."""
+
     def cluster(c: ClusterDiff) -> dict:
         return {"cluster": c.cluster,
                 "added": [{"object": o, "source": s} for o, s in c.added],
@@ -240,9 +254,14 @@ def to_json(report: Report) -> str:
                              "changes": [asdict(x) for x in ch.changes]} for ch in c.changed],
                 "rolls": [asdict(r) for r in c.rolls]}
 
-    return json.dumps({"base": {"ref": report.base, "commit": report.commit}, "head": "working tree",
-                       "changed": not report.empty, "errors": report.errors,
-                       "clusters": [cluster(c) for c in report.clusters if not c.empty]}, indent=2, default=str)
+    doc = {"base": {"ref": report.base, "commit": report.commit}, "head": "working tree",
+           "changed": not report.empty, "errors": report.errors,
+           "clusters": [cluster(c) for c in report.clusters if not c.empty]}
+    return json.loads(json.dumps(doc, default=str))
+
+
+def to_json(report: Report) -> str:
+    return json.dumps(to_dict(report), indent=2)
 
 
 def _title(c: ClusterDiff) -> str:
@@ -252,8 +271,6 @@ def _title(c: ClusterDiff) -> str:
 
 def to_text(report: Report, style: Any = None) -> str:
     """Readable in a terminal: `+`/`-`/`~` per object, the changed fields, then the rolls."""
-    from kubectl_triton.output.color import Style
-
     st = style or Style(False)
     lines = [f"base {report.base} ({report.commit[:12]}) → working tree"]
     for err in report.errors:
@@ -321,19 +338,17 @@ def to_markdown(report: Report) -> str:
 def _flux_paths(root: Path, objects: list[dict]) -> tuple[list[Path], list[str]]:
     """The buildable folders that the Flux Kustomizations among `objects` apply, and why others cannot be built
     (a path outside the repository or missing: Flux would fail that Kustomization)."""
-    from kubectl_triton.gitops import repo
-
     top, out, problems = root.resolve(), [], []
     for obj in objects:
         api = str(obj.get("apiVersion", ""))
-        if obj.get("kind") == "Kustomization" and api.startswith(repo.FLUX_KUSTOMIZATION_API):
+        if obj.get("kind") == "Kustomization" and api.startswith(FLUX_KUSTOMIZATION_API):
             spec: dict[str, Any] = obj["spec"] if isinstance(obj.get("spec"), dict) else {}
             rel = str(spec.get("path", "./"))
             path = (root / rel).resolve()
             name = (obj.get("metadata") or {}).get("name") if isinstance(obj.get("metadata"), dict) else None
             if top not in (path, *path.parents) or not path.is_dir():
                 problems.append(f"Kustomization {name}: spec.path {rel} is not a folder of the repository")
-            elif repo.kustomization_file(path):
+            elif kustomization_file(path):
                 out.append(path)
     return out, problems
 
@@ -342,24 +357,18 @@ def snapshots(roots: list[Path]) -> tuple[list[Snapshot], list[str]]:
     """Render every tree in `roots` the way Flux applies it: each cluster folder, then the paths of the Flux
     Kustomizations it renders (round by round, each round one parallel batch); then the overlays that no
     cluster applies, under UNAPPLIED. Returns the snapshots and the folders that did not render."""
-    from kubectl_triton.adapters import kustomize
-    from kubectl_triton.errors import RenderError, TritonCtlError
-    from kubectl_triton.formats import yamlio
-    from kubectl_triton.gitops import repo
-
     snaps: list[Snapshot] = [{} for _ in roots]
     errors: list[str] = []
     done: list[set[tuple[str, Path]]] = [set() for _ in roots]
     todo: list[tuple[int, str, Path]] = []
     for i, root in enumerate(roots):
-        for cluster_dir in repo.clusters(root):
-            snaps[i].setdefault(cluster_dir.name, {})
-            if repo.kustomization_file(cluster_dir):
-                todo.append((i, cluster_dir.name, cluster_dir.resolve()))
+        for folder in Repository.at(root, tolerant=True).clusters:  # a malformed file fails its render
+            snaps[i].setdefault(folder.name, {})
+            if kustomization_file(folder.path):
+                todo.append((i, folder.name, folder.path.resolve()))
             else:  # no kustomization.yaml: Flux applies every YAML file below it
-                todo += [(i, cluster_dir.name, (root / ks.path).resolve())
-                         for ks in repo.flux_kustomizations(root, cluster_dir)
-                         if (root / ks.path).is_dir() and repo.kustomization_file(root / ks.path)]
+                todo += [(i, folder.name, (root / ks.path).resolve()) for ks in folder.kustomizations
+                         if (root / ks.path).is_dir() and kustomization_file(root / ks.path)]
     unapplied_round = False
     while todo:
         todo = [t for t in dict.fromkeys(todo) if t[1:] not in done[t[0]]]
@@ -367,7 +376,7 @@ def snapshots(roots: list[Path]) -> tuple[list[Snapshot], list[str]]:
             done[i].add((cluster, path))
         nxt: list[tuple[int, str, Path]] = []
         for (i, cluster, path), result in zip(todo, kustomize.build_many(p for _, _, p in todo), strict=True):
-            rel = repo.relative(roots[i], path)
+            rel = relative(roots[i], path)
             side = "base" if i == 0 and len(roots) > 1 else "head"
             if isinstance(result, RenderError):
                 errors.append(f"{side}: {rel}: kustomize build failed: {result.detail}")
@@ -387,9 +396,13 @@ def snapshots(roots: list[Path]) -> tuple[list[Snapshot], list[str]]:
         todo = nxt
         if not todo and not unapplied_round:
             unapplied_round = True
-            todo = [(i, UNAPPLIED, o.resolve()) for i, root in enumerate(roots) for o in repo.overlays(root)
+            todo = [(i, UNAPPLIED, o.resolve()) for i, root in enumerate(roots) for o in _overlay_paths(root)
                     if o.resolve() not in {p for _, p in done[i]}]
     return snaps, errors
+
+
+def _overlay_paths(root: Path) -> list[Path]:
+    return [o.path for o in Repository.at(root).overlays]
 
 
 def git(cwd: Path, *args: str) -> str:
@@ -433,8 +446,6 @@ def worktree(root: Path, commit: str) -> Iterator[Path]:
     finally:
         with contextlib.suppress(InputError):
             git(top, "worktree", "remove", "--force", str(tree))
-        import shutil
-
         shutil.rmtree(tmp, ignore_errors=True)
         with contextlib.suppress(InputError):
             git(top, "worktree", "prune")
@@ -445,7 +456,8 @@ def compare(root: Path, ref: str) -> Report:
     Raises InputError when either side does not render: a side missing objects would read as removals."""
     commit = resolve_base(root, ref)
     with worktree(root, commit) as base_root:
-        if not (base_root / "overlays").is_dir() and not (base_root / "clusters").is_dir():
+        layout = Layout.load(base_root) if (base_root / LAYOUT_FILE).is_file() else Layout()
+        if not (base_root / layout.overlays).is_dir() and not (base_root / layout.clusters).is_dir():
             snaps, errors = snapshots([root])
             snaps.insert(0, {})
         else:

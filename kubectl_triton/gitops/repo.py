@@ -1,116 +1,48 @@
-"""The GitOps repository's layout: where overlays, components, models and clusters live."""
+"""Path-level access to the repository model for callers that hold only a root path (each call reads the
+repository anew; commands build one `gitops.model.Repository` and share it instead)."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from kubectl_triton.errors import InputError
-from kubectl_triton.formats.yamlio import load_all, load_all_shared, loads_all_shared
+from kubectl_triton.formats.yamlio import loads_all_shared
+from kubectl_triton.gitops.model import KUSTOMIZATION_FILES, FluxKustomization, Repository, kustomization_file, relative
 
-KUSTOMIZATION_FILES = ("kustomization.yaml", "kustomization.yml", "Kustomization")
-FLUX_KUSTOMIZATION_API = "kustomize.toolkit.fluxcd.io/"
-
-
-@dataclass(frozen=True)
-class FluxKustomization:
-    """A Flux Kustomization object found under clusters/."""
-
-    name: str
-    namespace: str
-    path: str
-    file: Path
-    obj: dict[str, Any]
+__all__ = ["FluxKustomization", "YamlProblem", "clusters", "components", "find_root", "flux_kustomizations",
+           "kustomization_file", "overlays", "read_problem", "relative", "yaml_problems"]
 
 
 def find_root(start: Path | None = None) -> Path:
-    """The repository root: `start` or the nearest parent that holds an `overlays/` folder."""
-    here = (start or Path.cwd()).resolve()
-    if not here.is_dir():
-        raise InputError(f"{start}: not a directory")
-    for candidate in (here, *here.parents):
-        if (candidate / "overlays").is_dir():
-            return candidate
-    raise InputError(f"{here}: no overlays/ folder here or in any parent",
-                     hint="run inside a kubectl-triton GitOps repository or pass its path")
-
-
-def kustomization_file(directory: Path) -> Path | None:
-    for name in KUSTOMIZATION_FILES:
-        if (directory / name).is_file():
-            return directory / name
-    return None
-
-
-def _kind(kfile: Path, tolerant: bool = False) -> str:
-    """The file's kind. A malformed file raises InputError, or with `tolerant` counts as a Kustomization."""
-    try:
-        docs = load_all_shared(kfile) if tolerant else load_all(kfile)
-    except InputError:
-        if tolerant:
-            return "Kustomization"
-        raise
-    doc = docs[0] if docs else None
-    return str(doc.get("kind", "Kustomization")) if isinstance(doc, dict) else "Kustomization"
+    """The repository root holding `start` (see Repository.find)."""
+    return Repository.find(start).root
 
 
 def overlays(root: Path, *, tolerant: bool = False) -> list[Path]:
-    """Every buildable kustomization under overlays/ (Components excluded), sorted by path. A malformed
-    kustomization.yaml raises InputError, or with `tolerant` is listed (`yaml_problems` reports it)."""
-    return [d for d, kind in _kustomizations(root / "overlays", tolerant) if kind == "Kustomization"]
+    """Every buildable overlay, sorted by path. A malformed kustomization.yaml raises InputError, or with
+    `tolerant` is listed (`yaml_problems` reports it)."""
+    return [o.path for o in Repository.at(root, tolerant=tolerant).overlays]
 
 
 def components(root: Path) -> list[Path]:
-    """Every Kustomize Component under overlays/."""
-    return [d for d, kind in _kustomizations(root / "overlays") if kind == "Component"]
+    return Repository.at(root).components
 
 
-def _kustomizations(top: Path, tolerant: bool = False) -> Iterator[tuple[Path, str]]:
-    if not top.is_dir():
-        return
-    for kfile in sorted(top.rglob("kustomization.yaml")):
-        yield kfile.parent, _kind(kfile, tolerant)
-
-
-def clusters(root: Path) -> list[Path]:
-    """Cluster folders under clusters/ (each holds Flux objects only)."""
-    top = root / "clusters"
-    return sorted(p for p in top.iterdir() if p.is_dir()) if top.is_dir() else []
+def clusters(root: Path, *, tolerant: bool = False) -> list[Path]:
+    return [c.path for c in Repository.at(root, tolerant=tolerant).clusters]
 
 
 def flux_kustomizations(root: Path, cluster: Path | None = None, *, tolerant: bool = False
                         ) -> list[FluxKustomization]:
-    """Flux Kustomization objects declared in the YAML files of clusters/ (or one cluster). A malformed file
-    raises InputError, or is skipped when `tolerant` (`yaml_problems` reports it)."""
-    found = []
-    for cdir in [cluster] if cluster else clusters(root):
-        for f in sorted(cdir.rglob("*.y*ml")):
-            try:
-                docs = load_all_shared(f) if tolerant else load_all(f)
-            except InputError:
-                if tolerant:
-                    continue
-                raise
-            for doc in docs:
-                if (isinstance(doc, dict) and doc.get("kind") == "Kustomization"
-                        and str(doc.get("apiVersion", "")).startswith(FLUX_KUSTOMIZATION_API)):
-                    meta: dict[str, Any] = doc["metadata"] if isinstance(doc.get("metadata"), dict) else {}
-                    spec: dict[str, Any] = doc["spec"] if isinstance(doc.get("spec"), dict) else {}
-                    found.append(FluxKustomization(
-                        name=str(meta.get("name", "")), namespace=str(meta.get("namespace", "flux-system")),
-                        path=str(spec.get("path", "./")), file=f, obj=doc))
-    return found
-
-
-def relative(root: Path, path: Path) -> str:
-    """`path` relative to `root` when inside it, for messages and JSON output."""
-    try:
-        return str(path.resolve().relative_to(root.resolve()))
-    except ValueError:
-        return str(path)
+    """Flux Kustomizations of every cluster folder (or of the one at `cluster`). A malformed file raises
+    InputError, or is skipped when `tolerant` (`yaml_problems` reports it)."""
+    repo = Repository.at(root, tolerant=tolerant)
+    if cluster is None:
+        return repo.flux_kustomizations
+    want = cluster.resolve()
+    return [k for c in repo.clusters if c.path.resolve() == want for k in c.kustomizations]
 
 
 @dataclass(frozen=True)

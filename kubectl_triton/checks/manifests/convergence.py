@@ -462,7 +462,8 @@ def _reference_findings(ks: Applied, objects: list[dict], cluster: _Cluster,
         elif kind == "Service" and _group(obj) == "":
             selector = _spec(obj).get("selector")
             if isinstance(selector, dict) and selector and not any(
-                    selector_matches({"matchLabels": selector}, _labels(t)) for _, t in cluster.templates[ns]):
+                    selector_matches({"matchLabels": _without_controller_labels(selector, w)}, _labels(t))
+                    for w, t in cluster.templates[ns]):
                 yield SERVICE_SELECTS_NOTHING.finding(
                     f"selector {_fmt_labels(selector)} matches no pod template in namespace {ns}: the Service "
                     "never gets endpoints", path=ks.path, object=oid)
@@ -481,6 +482,13 @@ def _reference_findings(ks: Applied, objects: list[dict], cluster: _Cluster,
         elif kind == "ServiceMonitor":
             yield from _service_monitor(ks, obj, cluster)
         # HTTPRoute backends (Service and port, in the clusters that apply the route): checks/manifests/routes.py
+
+
+def _without_controller_labels(selector: dict, workload: dict) -> dict:
+    """`selector` less the keys the workload's controller sets on its pods (their values are not in git)."""
+    keys = _data()["controller_pod_labels"].get(str(workload.get("kind")), [])
+    return {k: v for k, v in selector.items()
+            if not any(k == key or (key.endswith("/") and str(k).startswith(key)) for key in keys)}
 
 
 def _fmt_labels(labels: Any) -> str:
@@ -637,7 +645,7 @@ def check(root: Path, targets: list[Any], provides: ClusterProvides) -> list[Fin
 
     by_path = {t.path: t for t in targets}
     out: list[Finding] = []
-    for cluster_dir in repo.clusters(root):
+    for cluster_dir in repo.clusters(root, tolerant=True):
         applied = []
         flux_ns = _data()["flux"]["namespace"]
         for ks in repo.flux_kustomizations(root, cluster_dir, tolerant=True):

@@ -8,11 +8,25 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from kubectl_triton.checks.findings import ERROR, WARNING, Finding
+from kubectl_triton.checks.findings import Finding
+from kubectl_triton.checks.registry import register
+from kubectl_triton.errors import TritonCtlError
+from kubectl_triton.formats import pbtxt, yamlio
 from kubectl_triton.formats.schemas import object_id
+from kubectl_triton.gitops.labels import INSTANCE_LABEL as INSTANCE
+
+BUILD_MISSING = register("EngineBuildMissing", "warning", "repository",
+                         "a TensorRT-LLM model is served on a GPU type that no engine-build overlay targets",
+                         "add-model the engine-build overlay for that GPU type (engines are per compute capability)")
+BUILD_IMAGE = register("EngineBuildImageMismatch", "error", "repository",
+                       "the engine is built in another image than the one that serves it",
+                       "build and serve with one image; rebuild the engine after an image upgrade")
+ENGINE_DIR = register("EngineDirMismatch", "error", "repository",
+                      "the engine-build Job writes the engine elsewhere than gpt_model_path loads it from",
+                      "make model.yaml's engine_dir and the tensorrt_llm gpt_model_path parameter the same")
+
 
 BUILD_NAME = "triton-engine-build"
-INSTANCE = "app.kubernetes.io/instance"
 PRODUCT = "nvidia.com/gpu.product"
 
 
@@ -45,14 +59,14 @@ def check_objects(builds: list[tuple[str, dict]], serving: list[tuple[str, dict]
         product = _product(dep)
         build = by_model[model].get(product)
         if build is None:
-            out.append(Finding(WARNING, "EngineBuildMissing", f"{model} is served on {product or 'any GPU'} but "
+            out.append(BUILD_MISSING.finding(f"{model} is served on {product or 'any GPU'} but "
                                "no engine-build overlay targets that GPU type: an engine only loads on the "
                                "compute capability it was built on", path=source, object=object_id(dep)))
             continue
         served = _container(dep, "tritonserver").get("image")
         built = _container(build[1], "engine-build").get("image")
         if served != built:
-            out.append(Finding(ERROR, "EngineBuildImageMismatch", f"served from {served} but its engine is built "
+            out.append(BUILD_IMAGE.finding(f"served from {served} but its engine is built "
                                f"in {built} ({build[0]}): the TensorRT-LLM versions differ and the engine will not "
                                "load; use one image for both (and rebuild after an upgrade)",
                                path=source, object=object_id(dep)))
@@ -61,9 +75,6 @@ def check_objects(builds: list[tuple[str, dict]], serving: list[tuple[str, dict]
 
 def check_engine_dirs(root: Path) -> list[Finding]:
     """model.yaml's engine.engine_dir must be the path the tensorrt_llm config serves the engine from."""
-    from kubectl_triton.errors import TritonCtlError
-    from kubectl_triton.formats import pbtxt, yamlio
-
     out = []
     for meta_file in sorted((root / "models").glob("*/model.yaml")):
         try:
@@ -86,7 +97,7 @@ def check_engine_dirs(root: Path) -> list[Finding]:
             served = (params["gpt_model_path"].string_value if "gpt_model_path" in params
                       else params["engine_dir"].string_value if "engine_dir" in params else None)
             if served and served.rstrip("/") != str(engine_dir).rstrip("/"):
-                out.append(Finding(ERROR, "EngineDirMismatch", f"the engine-build Job writes the engine to "
+                out.append(ENGINE_DIR.finding(f"the engine-build Job writes the engine to "
                                    f"{engine_dir} (model.yaml) but {config.name or config_file.parent.name} loads "
                                    f"it from {served}", path=str(config_file.relative_to(root)),
                                    model=config.name or config_file.parent.name))

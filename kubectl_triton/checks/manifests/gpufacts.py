@@ -15,6 +15,7 @@ from kubectl_triton.checks.registry import register
 from kubectl_triton.compat.catalog import GPU, by_gfd_label, cc_tuple
 from kubectl_triton.compat.data import load
 from kubectl_triton.compat.repo_check import Placement, placements
+from kubectl_triton.formats.schemas import object_id
 
 GPUS_PER_NODE = register(
     "GPUsPerNodeExceeded", "error", "overlay",
@@ -123,10 +124,12 @@ def check_placement(placement: Placement, model: ModelMeta | None, object_id: st
     if not (isinstance(tp, int) and isinstance(pp, int)):
         return
     world = tp * pp
-    if count is not None and count != world:
+    group = max(1, placement.group_size)
+    if count is not None and count * group != world:
+        asked = f"nvidia.com/gpu: {count}" + (f" in each of {group} pods" if group > 1 else "")
         yield PARALLELISM_MISMATCH.finding(
-            f"engine tp {tp} x pp {pp} = {world} GPU(s), but {where} requests nvidia.com/gpu: {count}: "
-            f"{'the engine cannot start its ranks' if count < world else 'the extra GPUs stay idle'}",
+            f"engine tp {tp} x pp {pp} = {world} GPU(s), but {where} requests {asked}: "
+            f"{'the engine cannot start its ranks' if count * group < world else 'the extra GPUs stay idle'}",
             path=model.path, line=_line(model.text, "tp"), model=model.name, object=object_id)
     if gpu is None:
         return
@@ -193,17 +196,16 @@ def read_models(root: Path) -> dict[str, ModelMeta]:
 
 
 def check(root: Path, targets: list[Any]) -> list[Finding]:
-    """validate's hook: every serving Deployment of every overlay."""
+    """validate's hook: every serving Deployment and LeaderWorkerSet group of every overlay."""
     models = read_models(root)
     out: list[Finding] = []
     for target in targets:
         if not target.rel.startswith("overlays/"):
             continue
-        deployments = {str((o.get("metadata") or {}).get("name", "")): o for o in target.objects
-                       if isinstance(o, dict) and o.get("kind") == "Deployment"}
+        workloads = {str((o.get("metadata") or {}).get("name", "")): o for o in target.objects
+                     if isinstance(o, dict) and o.get("kind") in ("Deployment", "LeaderWorkerSet")}
         for placement in placements(target.objects, target.rel):
-            dep = deployments.get(placement.deployment, {})
-            ns = (dep.get("metadata") or {}).get("namespace")
-            oid = "/".join(p for p in ("Deployment", ns, placement.deployment) if p)
+            workload = workloads.get(placement.deployment)
+            oid = object_id(workload) if workload else f"Deployment/{placement.deployment}"
             out.extend(check_placement(placement, models.get(placement.model), oid))
     return out

@@ -11,13 +11,42 @@ from dataclasses import dataclass
 from typing import Any
 
 from kubectl_triton.checks.findings import ERROR, WARNING, Finding
+from kubectl_triton.checks.registry import Severity, register
 from kubectl_triton.formats.schemas import object_id
+from kubectl_triton.gitops.labels import TRITON_MODELS_ANNOTATION
+
+_DECLARED: dict[str, tuple[Severity, str, str]] = {
+    "HPAOnCPU": ("warning", "an HPA scales a Triton Deployment on CPU or memory, which do not follow GPU load",
+                 "scale on the model's queue-to-compute ratio (docs/monitoring.md)"),
+    "ImageTagNotPinned": ("error", "a container image without a pinned tag or digest",
+                          "pin the image to a release tag (24.12-py3) or a digest"),
+    "ResourcesMissing": ("warning", "a container sets no CPU/memory requests", "set requests (and a memory limit)"),
+    "GPULimitMissing": ("error", "the Triton container of a GPU model requests no nvidia.com/gpu",
+                        "include the GPU Component of the overlay's GPU type"),
+    "TRTLLMImage": ("error", "a tensorrtllm model served from an image without the TensorRT-LLM backend",
+                    "serve it from a -trtllm-python-py3 image"),
+    "StartupProbeMissing": ("warning", "no startupProbe: the liveness probe may kill Triton while it loads",
+                            "add a startupProbe on /v2/health/ready with a budget above the load time"),
+    "StartupProbeTooShort": ("warning", "the startupProbe budget is shorter than a TensorRT-LLM engine load",
+                             "raise failureThreshold x periodSeconds"),
+    "LivenessProbe": ("warning", "the liveness probe is not an HTTP GET on /v2/health/live",
+                      "probe /v2/health/live on the http port"),
+    "ReadinessProbe": ("warning", "the readiness probe is not an HTTP GET on /v2/health/ready",
+                       "probe /v2/health/ready on the http port"),
+    "ProgressDeadline": ("error", "progressDeadlineSeconds does not fit the Flux timeout and the startup budget",
+                         "keep startup budget < progressDeadlineSeconds < the Flux Kustomization's timeout"),
+    "ModelsAnnotation": ("error", "the triton-models annotation does not list the models the overlay serves",
+                         "list the served Triton models in triton.kubectl.io/triton-models"),
+    "SharedMemory": ("warning", "/dev/shm is the 64 MiB default or too small for the python backend",
+                     "mount a memory-backed emptyDir at /dev/shm with a sizeLimit"),
+}
+CHECKS = {code: register(code, sev, "overlay", desc, fix) for code, (sev, desc, fix) in _DECLARED.items()}
+
 
 TRITON_CONTAINER = "tritonserver"
 GPU_RESOURCE = "nvidia.com/gpu"
 LLM_STARTUP_BUDGET_S = 600  # TensorRT-LLM engines take minutes to deserialize and allocate the KV cache
 TP_SHM_MIN_BYTES = 1 << 30
-TRITON_MODELS_ANNOTATION = "triton.kubectl.io/triton-models"
 _UNITS = {"Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40, "k": 10**3, "M": 10**6, "G": 10**9}
 
 
@@ -60,8 +89,8 @@ def parse_duration(value: str) -> int | None:
     return int(sum(float(n) * scale[u] for n, u in parts))
 
 
-def _f(severity: str, code: str, message: str, source: str, obj: dict) -> Finding:
-    return Finding(severity, f"practice.{code}", message, path=source, object=object_id(obj))
+def _f(severity: Severity, code: str, message: str, source: str, obj: dict) -> Finding:
+    return CHECKS[code].finding(message, path=source, object=object_id(obj), severity=severity)
 
 
 def _pod(obj: dict) -> dict:
@@ -108,7 +137,8 @@ def check_overlay(source: str, objects: Iterable[dict], facts: ModelFacts,
             if metric.get("type") == "Resource" and (metric.get("resource") or {}).get("name") in ("cpu", "memory"):
                 out.append(_f(WARNING, "HPAOnCPU", "HPA scales on "
                               f"{metric['resource']['name']}: a GPU-bound Triton's CPU says nothing about its "
-                              "load; scale on queue time per request (avg_time_queue_us from prometheus-adapter)",
+                              "load; scale on its queue-to-compute ratio (triton_queue_compute_ratio, "
+                              "served by prometheus-adapter)",
                               source, hpa))
     return out
 

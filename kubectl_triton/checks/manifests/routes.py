@@ -15,7 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from kubectl_triton.checks.findings import ERROR, WARNING, Finding
+from kubectl_triton.checks.registry import Severity, register
 from kubectl_triton.errors import TritonCtlError
+from kubectl_triton.formats import pbtxt
 from kubectl_triton.formats.schemas import object_id
 from kubectl_triton.gitops import assembly, repo
 from kubectl_triton.gitops.canary import (
@@ -26,6 +28,19 @@ from kubectl_triton.gitops.canary import (
     served_versions,
     without_policy,
 )
+
+_DECLARED: tuple[tuple[str, Severity, str, str], ...] = (
+    ("RouteBackendMissing", "error", "an HTTPRoute backend names a Service (or port) the cluster does not render",
+     "point backendRefs at the model's stable/canary Services and their http port"),
+    ("RouteVersionMismatch", "error", "a canary route's tracks serve other model versions than the route says",
+     "re-run `kubectl triton canary` (or promote/abort) instead of editing the route by hand"),
+    ("RouteWeights", "error", "the backend weights of a canary route do not add up to 100",
+     "set the stable and canary weights so they sum to 100"),
+    ("CanaryConfigDrift", "warning", "the canary's config.pbtxt differs from the stable one beyond the version",
+     "keep the canary to a version change, or promote it to make the change stable"),
+    ("RouteNotRegistered", "warning", "no Flux Kustomization applies the route", "register the overlay in a cluster"),
+)
+CHECKS = {code: register(code, sev, "cluster", desc, fix) for code, sev, desc, fix in _DECLARED}
 
 GATEWAY_GROUP = "gateway.networking.k8s.io/"
 
@@ -61,8 +76,8 @@ def _check_route(root: Path, target: Any, route: dict, targets: list[Any], by_pa
     oid = object_id(route)
     ns = _meta(route).get("namespace") or "default"
 
-    def finding(severity: str, code: str, message: str) -> Finding:
-        return Finding(severity, code, message, path=target.rel, object=oid)
+    def finding(severity: Severity, code: str, message: str) -> Finding:
+        return CHECKS[code].finding(message, path=target.rel, object=oid, severity=severity)
 
     out = []
     deployed, registered = _deployed(root, target, targets, by_path, flux)
@@ -72,7 +87,7 @@ def _check_route(root: Path, target: Any, route: dict, targets: list[Any], by_pa
     for t in deployed:
         for obj in t.objects:
             if obj.get("kind") == "Service" and obj.get("apiVersion") == "v1":
-                services[(_meta(obj).get("namespace") or "default", _meta(obj).get("name"))] = (obj, t)
+                services[(str(_meta(obj).get("namespace") or "default"), str(_meta(obj).get("name")))] = (obj, t)
     tracks: dict[str, tuple[dict, Any]] = {}
     for i, rule in enumerate((route.get("spec") or {}).get("rules") or []):
         refs = [b for b in rule.get("backendRefs") or [] if isinstance(b, dict)]
@@ -85,7 +100,7 @@ def _check_route(root: Path, target: Any, route: dict, targets: list[Any], by_pa
         for b in refs:
             if b.get("kind", "Service") != "Service" or b.get("group", "") not in ("", "core"):
                 continue
-            key = (b.get("namespace") or ns, b.get("name"))
+            key = (str(b.get("namespace") or ns), str(b.get("name")))
             found = services.get(key)
             where = "an overlay this route's cluster applies" if registered else "any overlay"
             if found is None:
@@ -103,8 +118,6 @@ def _check_route(root: Path, target: Any, route: dict, targets: list[Any], by_pa
 
 def _config_of(service: dict, target: Any, triton_model: str) -> Any:
     """The Triton model's config in the model-config ConfigMap of the overlay that renders `service`."""
-    from kubectl_triton.formats import pbtxt
-
     cm = assembly.model_config_map(target.objects)
     text = ((cm or {}).get("data") or {}).get(f"{triton_model}__config.pbtxt")
     if text is None:

@@ -1,13 +1,13 @@
 """Security findings over what the repository deploys (picked up by `validate` through REPO_CHECKS).
 
-- Pods against Pod Security Standards "restricted", plus a read-only root filesystem (codes `security.*`).
+- Pods against Pod Security Standards "restricted", plus a read-only root filesystem (codes in the check registry).
 - NetworkPolicy shape: every Triton Deployment is selected by a policy that admits the inference ports only
   from labelled client namespaces and the metrics port only from the monitoring namespace.
 - Literal credentials: Secret objects, credential-named env values and ConfigMap keys, well-known token
   patterns in any string of a rendered object, and the same in models/*/model.yaml.
 
 Opt-out, per object: the annotation `triton.kubectl.io/security-exempt: "<Code>[,<Code>...]: <reason>"`
-(codes without the `security.` prefix; the reason is required). A malformed exemption is itself an error and
+(the reason is required). A malformed exemption is itself an error and
 exempts nothing. In model.yaml the same key goes under a top-level `annotations:` mapping.
 """
 
@@ -19,11 +19,13 @@ from pathlib import Path
 from typing import Any
 
 from kubectl_triton.checks.findings import ERROR, WARNING, Finding
+from kubectl_triton.checks.registry import Severity, register
+from kubectl_triton.errors import TritonCtlError
 from kubectl_triton.formats.schemas import object_id
+from kubectl_triton.formats.yamlio import load_all
+from kubectl_triton.gitops.labels import EXEMPT_ANNOTATION
 
-EXEMPT_ANNOTATION = "triton.kubectl.io/security-exempt"
 MIN_REASON_CHARS = 10
-CLIENT_LABEL = "triton.kubectl.io/client"
 MONITORING_NAMESPACE = "monitoring"
 TRITON_CONTAINER = "tritonserver"
 INFERENCE_PORTS = {"http": 8000, "grpc": 8001}
@@ -50,6 +52,28 @@ CODES = {
     "LiteralCredential": "no credentials in git",
     "SecretInGit": "no Secret values in git (SOPS or an external secrets operator)",
 }
+_FIXES = {
+    "RunAsNonRoot": "set runAsNonRoot: true (and a non-zero runAsUser) in the pod securityContext",
+    "PrivilegeEscalation": "set allowPrivilegeEscalation: false on every container",
+    "Privileged": "remove privileged: true",
+    "Capabilities": "capabilities: {drop: [ALL]}",
+    "Seccomp": "seccompProfile: {type: RuntimeDefault}",
+    "ReadOnlyRootFilesystem": "readOnlyRootFilesystem: true, with emptyDir volumes where the container writes",
+    "HostNamespaces": "remove hostNetwork/hostPID/hostIPC",
+    "HostPort": "remove hostPort; expose the port through a Service",
+    "VolumeType": "use configMap, secret, emptyDir, PVC, projected, csi, downwardAPI or ephemeral volumes",
+    "ServiceAccountToken": "automountServiceAccountToken: false",
+    "NetworkPolicyMissing": "include base/triton's NetworkPolicy (or your own) selecting the Triton pods",
+    "NetworkPolicyOpen": "admit 8000/8001 only from namespaces labelled triton.kubectl.io/client",
+    "MetricsExposed": "admit 8002 only from the monitoring namespace",
+    "LiteralCredential": "reference a Secret (secretKeyRef / envFrom) kept out of git",
+    "SecretInGit": "encrypt it with SOPS or deliver it with an external secrets operator",
+    "ExemptionInvalid": "write the annotation as 'Code[,Code]: reason of at least 10 characters'",
+}
+_RULES = {**CODES, "ExemptionInvalid": "a malformed security-exempt annotation (it exempts nothing)"}
+_WARN = {"ServiceAccountToken"}
+CHECKS = {code: register(code, "warning" if code in _WARN else "error", "overlay", rule, _FIXES[code])
+          for code, rule in _RULES.items()}
 
 # Environment variable, ConfigMap key or model.yaml key names that hold a credential.
 _CRED_NAME = re.compile(
@@ -86,7 +110,7 @@ def check_objects(source: str, objects: Iterable[Any]) -> list[Finding]:
     out: list[Finding] = []
     for obj in objects:
         exempt, problems = exemptions(_meta(obj).get("annotations"))
-        out += [Finding(ERROR, "security.ExemptionInvalid", p, path=source, object=_oid(obj)) for p in problems]
+        out += [CHECKS["ExemptionInvalid"].finding(p, path=source, object=_oid(obj)) for p in problems]
         found: list[Finding] = []
         if obj.get("kind") in POD_KINDS:
             found += check_pod(source, obj)
@@ -162,8 +186,8 @@ def check_pod(source: str, obj: dict) -> list[Finding]:
     psc = _dict(pod.get("securityContext"))
     out: list[Finding] = []
 
-    def add(code: str, message: str, severity: str = ERROR) -> None:
-        out.append(Finding(severity, f"security.{code}", message, path=source, object=_oid(obj)))
+    def add(code: str, message: str, severity: Severity = "error") -> None:
+        out.append(CHECKS[code].finding(message, path=source, object=_oid(obj), severity=severity))
 
     for key in ("hostNetwork", "hostPID", "hostIPC"):
         if pod.get(key) is True:
@@ -235,7 +259,7 @@ def _selects(selector: Any, labels: dict) -> bool:
     return True
 
 
-def _triton_ports(pod: dict) -> dict[str, int]:
+def _triton_ports(pod: dict) -> dict[str, Any]:
     """name -> port number of the tritonserver container's ports (defaults when it names none)."""
     server = next((c for c in _containers(pod) if c.get("name") == TRITON_CONTAINER), None)
     if server is None:
@@ -245,7 +269,7 @@ def _triton_ports(pod: dict) -> dict[str, int]:
     return ports or {**INFERENCE_PORTS, **METRICS_PORTS}
 
 
-def _rule_ports(rule: dict, ports: dict[str, int]) -> set[str]:
+def _rule_ports(rule: dict, ports: dict[str, Any]) -> set[str]:
     """The names of the pod's ports an ingress rule opens (all of them when it lists none)."""
     listed = _list(rule.get("ports"))
     if not listed:
@@ -296,7 +320,7 @@ def check_network_policies(source: str, objects: list[dict]) -> list[Finding]:
                 and "Ingress" in [str(t) for t in _list(_dict(p.get("spec")).get("policyTypes")) or ["Ingress"]]]
         if not mine:
             if "NetworkPolicyMissing" not in exempt:
-                out.append(Finding(ERROR, "security.NetworkPolicyMissing", "no NetworkPolicy selects this "
+                out.append(CHECKS["NetworkPolicyMissing"].finding("no NetworkPolicy selects this "
                                    "Deployment's pods: every pod in the cluster can call Triton",
                                    path=source, object=_oid(dep)))
             continue
@@ -311,12 +335,13 @@ def check_network_policies(source: str, objects: list[dict]) -> list[Finding]:
                     hit = sorted(opened & names)
                     if not hit or code in p_exempt or code in exempt:
                         continue
+                    why: str | None
                     if not peers:
                         why = "it has no 'from', so it admits every source"
                     else:
                         why = next((w for w in (_peer_problem(p, metrics) for p in peers) if w), None)
                     if why:
-                        out.append(Finding(ERROR, f"security.{code}", f"ingress rule {i + 1} opens "
+                        out.append(CHECKS[code].finding(f"ingress rule {i + 1} opens "
                                            f"{', '.join(hit)}: {why}", path=source, object=_oid(policy)))
     return out
 
@@ -359,7 +384,7 @@ def check_credentials(source: str, obj: dict) -> list[Finding]:
     out: list[Finding] = []
 
     def add(code: str, message: str) -> None:
-        out.append(Finding(ERROR, f"security.{code}", message, path=source, object=_oid(obj)))
+        out.append(CHECKS[code].finding(message, path=source, object=_oid(obj), severity=ERROR))
 
     kind = obj.get("kind")
     if kind == "Secret" and (obj.get("data") or obj.get("stringData")) and not _sops(obj):
@@ -388,9 +413,6 @@ def check_credentials(source: str, obj: dict) -> list[Finding]:
 
 def check_model_metadata(root: Path) -> list[Finding]:
     """Literal credentials in models/*/model.yaml (a Secret's name is fine; its values are not)."""
-    from kubectl_triton.errors import TritonCtlError
-    from kubectl_triton.formats.yamlio import load_all
-
     out: list[Finding] = []
     for path in sorted((root / "models").glob("*/model.yaml")) if (root / "models").is_dir() else []:
         rel = path.relative_to(root).as_posix()
@@ -403,7 +425,7 @@ def check_model_metadata(root: Path) -> list[Finding]:
             if not isinstance(doc, dict):
                 continue
             exempt, problems = exemptions(_dict(doc.get("annotations")))
-            out += [Finding(ERROR, "security.ExemptionInvalid", p, path=rel) for p in problems]
+            out += [CHECKS["ExemptionInvalid"].finding(p, path=rel) for p in problems]
             if "LiteralCredential" in exempt:
                 continue
             for where, value in _leaves(doc):
@@ -412,7 +434,7 @@ def check_model_metadata(root: Path) -> list[Finding]:
                 if what is None and key != "secret" and literal_credential(key, value):
                     what = "a literal credential"
                 if what:
-                    out.append(Finding(ERROR, "security.LiteralCredential", f"{where} holds {what}; reference a "
+                    out.append(CHECKS["LiteralCredential"].finding(f"{where} holds {what}; reference a "
                                        "Secret by name (artifacts.secret) and keep its values out of git",
                                        path=rel, line=_line_of(lines, key)))
     return out

@@ -9,69 +9,36 @@ server log line the user would otherwise meet after deploying. Rules are pure: a
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from functools import cache
-from pathlib import Path
 from typing import Any
 
-from kubectl_triton.checks.findings import ERROR, WARNING
-from kubectl_triton.checks.registry import register
-
-WILDCARD = -1
-
-WARMUP_INVALID = register(
-    "WarmupInvalid", "error", "model",
-    "A model_warmup sample Triton cannot run when the model loads (variable or missing dims, no data source, too "
-    "few or many model inputs, another data type or shape, a batch size above max_batch_size): the model fails.",
-    "Give every sample input fixed dims, a data type and zero_data/random_data/input_data_file matching the "
-    "model's inputs, and a batch_size up to max_batch_size.")
-INITIAL_STATE_INVALID = register(
-    "InitialStateInvalid", "error", "model",
-    "An implicit state's initial_state does not match the state (data type, number and size of dims, name, data).",
-    "Give initial_state the state's data type and fixed dims of the state's shape, a name and zero_data or "
-    "data_file.")
-
-
-@dataclass(frozen=True)
-class Issue:
-    """One problem in one model's configuration, before it is tied to a file and line."""
-
-    code: str
-    message: str
-    object: str | None = None
-    needle: str | None = None  # text to look for in config.pbtxt to find the line
-    severity: str = ERROR
-
-
-@dataclass(frozen=True)
-class ModelFolder:
-    """What the checks know of a model's folder besides its config.pbtxt."""
-
-    name: str
-    versions: tuple[int, ...] = ()
-    version_files: frozenset[str] = field(default_factory=frozenset)
-    # files under warmup/ and initial_state/ ("warmup/input.bin"); None: not known (only the config was read)
-    data_files: frozenset[str] | None = None
-
-
-@cache
-def table() -> dict[str, Any]:
-    """kubectl_triton/data/model_config.yaml."""
-    import yaml
-
-    path = Path(__file__).resolve().parents[2] / "data" / "model_config.yaml"
-    return yaml.safe_load(path.read_text(encoding="utf-8"))
-
-
-def _schema() -> Any:
-    from kubectl_triton.formats.pbtxt import schema
-
-    return schema()
-
-
-def is_ensemble(config: Any) -> bool:
-    return config.platform == table()["ensemble_platform"]
-
+from kubectl_triton.checks.findings import WARNING
+from kubectl_triton.checks.model.base import (
+    BATCH_IO,
+    DYNAMIC_BATCHING,
+    ENSEMBLE_SCHEDULING,
+    INITIAL_STATE,
+    INSTANCE_GROUP,
+    MAX_BATCH_SIZE,
+    MODEL_IO,
+    MODEL_METRICS,
+    MODEL_NAME,
+    PLATFORM,
+    PRESERVE_ORDERING,
+    PRIORITY,
+    RESPONSE_CACHE,
+    SEQUENCE_BATCHING,
+    VERSION_POLICY,
+    WARMUP,
+    WILDCARD,
+    Issue,
+    ModelFolder,
+    is_ensemble,
+    pb_schema,
+    selected_versions,
+    table,
+)
+from kubectl_triton.checks.model.ensemble import check_ensemble_scheduling
+from kubectl_triton.checks.model.tensorrtllm import check_tensorrtllm
 
 # --------------------------------------------------------------------------- autofill
 
@@ -105,14 +72,12 @@ def autofill(config: Any, folder: ModelFolder) -> tuple[Any, list[Issue]]:
             filled.backend = folder.name.split(".", 1)[1]
             return filled, issues
         if folder.versions:
-            issues.append(Issue(
-                "triton.platform",
+            issues.append(Issue(PLATFORM,
                 f"Invalid model name: Could not determine backend for model '{folder.name}' with no "
                 "backend in model configuration. Expected model name of the form "
                 "'model.<backend_name>'.", "backend"))
         else:
-            issues.append(Issue(
-                "triton.platform",
+            issues.append(Issue(PLATFORM,
                 f"must specify 'platform' or 'backend' for '{filled.name}': without them Triton guesses "
                 "the backend from the model files of the first version folder, and there is none here",
                 "backend", None, WARNING))
@@ -127,22 +92,22 @@ def check_name_and_platform(config: Any, folder: ModelFolder) -> Iterator[Issue]
     data = table()
     name = config.name
     if name != folder.name:
-        yield Issue("triton.model-name",
+        yield Issue(MODEL_NAME,
                     f"unexpected directory name '{folder.name}' for model '{name}', directory name "
                     "must equal model name", "name", f'"{name}"')
     ensemble = data["ensemble_platform"]
     if config.platform == ensemble and config.backend:
-        yield Issue("triton.platform",
+        yield Issue(PLATFORM,
                     f"Ensemble model '{name}' must have platform type '{ensemble}' and empty backend type",
                     "backend", "backend")
         return
     if not config.backend and config.platform and config.platform != ensemble:
-        yield Issue("triton.platform", f"unexpected platform type '{config.platform}' for {name}",
+        yield Issue(PLATFORM, f"unexpected platform type '{config.platform}' for {name}",
                     "platform", "platform")
         return
     allowed = data["backends"].get(config.backend)
     if allowed is not None and config.platform not in allowed:
-        yield Issue("triton.platform",
+        yield Issue(PLATFORM,
                     f"unexpected 'platform' and 'backend' pair, got:{config.platform}, {config.backend}",
                     "platform", "platform")
 
@@ -151,51 +116,51 @@ def check_batching(config: Any) -> Iterator[Issue]:
     """max_batch_size, dynamic batching sizes, priority levels and preserve_ordering."""
     name = config.name
     if config.max_batch_size < 0:
-        yield Issue("triton.max-batch-size", f"'max_batch_size' must be non-negative value for {name}",
+        yield Issue(MAX_BATCH_SIZE, f"'max_batch_size' must be non-negative value for {name}",
                     "max_batch_size", "max_batch_size")
     if not config.HasField("dynamic_batching"):
         return
     db = config.dynamic_batching
-    for size in db.preferred_batch_size:
+    for index, size in enumerate(db.preferred_batch_size):
         if size <= 0:
-            yield Issue("triton.dynamic-batching",
+            yield Issue(DYNAMIC_BATCHING,
                         f"dynamic batching preferred size must be positive for {name}",
-                        "dynamic_batching.preferred_batch_size", "preferred_batch_size")
+                        "dynamic_batching.preferred_batch_size", "preferred_batch_size", index=index)
             break
         if size > config.max_batch_size:
-            yield Issue("triton.dynamic-batching",
+            yield Issue(DYNAMIC_BATCHING,
                         f"dynamic batching preferred size must be <= max batch size for {name} "
                         f"(preferred {size}, max_batch_size {config.max_batch_size})",
-                        "dynamic_batching.preferred_batch_size", "preferred_batch_size")
+                        "dynamic_batching.preferred_batch_size", "preferred_batch_size", index=index)
             break
     levels = db.priority_levels
     if levels:
         if db.default_priority_level == 0 or db.default_priority_level > levels:
-            yield Issue("triton.priority",
+            yield Issue(PRIORITY,
                         f"default priority level must be in range [1, {levels}] for {name}",
                         "dynamic_batching.default_priority_level", "default_priority_level")
         for level in db.priority_queue_policy:
             if level == 0 or level > levels:
-                yield Issue("triton.priority",
+                yield Issue(PRIORITY,
                             f"priority queue policy must have priority level in range [1, {levels}] "
                             f"for {name}", "dynamic_batching.priority_queue_policy", "priority_queue_policy")
                 break
     if db.preserve_ordering:
         if levels > 1:
-            yield Issue("triton.preserve-ordering",
+            yield Issue(PRESERVE_ORDERING,
                         f"Only one priority level is allowed when 'preserve_ordering' is true for {name}",
                         "dynamic_batching.preserve_ordering", "preserve_ordering")
-        delay = _schema().ModelQueuePolicy.DELAY
+        delay = pb_schema().ModelQueuePolicy.DELAY
         policies = [db.default_queue_policy, *db.priority_queue_policy.values()]
         if any(p.default_timeout_microseconds != 0 and p.timeout_action == delay for p in policies):
-            yield Issue("triton.preserve-ordering",
+            yield Issue(PRESERVE_ORDERING,
                         "Queue policy can not have DELAY as timeout action when 'preserve_ordering' is "
                         f"true for {name}", "dynamic_batching.default_queue_policy", "timeout_action")
 
 
 def _control_issues(batcher: Any, name: str, kind: int, typed: bool) -> Iterator[Issue]:
     """One sequence-batching control kind (GetBooleanSequenceControlProperties and its typed twin)."""
-    s = _schema()
+    s = pb_schema()
     kind_name = s.ModelSequenceBatching.Control.Kind.Name(kind)
     seen_tensors: set[str] = set()
     seen = False
@@ -203,12 +168,12 @@ def _control_issues(batcher: Any, name: str, kind: int, typed: bool) -> Iterator
         tensor = control_input.name
         obj = f"sequence_batching.control_input '{tensor}'"
         if not tensor:
-            yield Issue("triton.sequence-batching",
+            yield Issue(SEQUENCE_BATCHING,
                         f"sequence batching control tensor must have a name for {name}",
                         "sequence_batching.control_input", "control_input")
             return
         if tensor in seen_tensors:
-            yield Issue("triton.sequence-batching",
+            yield Issue(SEQUENCE_BATCHING,
                         f"sequence batching control tensor '{tensor}' is specified for multiple control "
                         f"kinds for {name}", obj, f'"{tensor}"')
             return
@@ -217,7 +182,7 @@ def _control_issues(batcher: Any, name: str, kind: int, typed: bool) -> Iterator
             if c.kind != kind:
                 continue
             if seen:
-                yield Issue("triton.sequence-batching",
+                yield Issue(SEQUENCE_BATCHING,
                             f"sequence batching specifies multiple {kind_name} tensors for {name}",
                             obj, kind_name)
                 return
@@ -226,7 +191,7 @@ def _control_issues(batcher: Any, name: str, kind: int, typed: bool) -> Iterator
                      if len(getattr(c, f))]
             if typed:
                 if given:
-                    yield Issue("triton.sequence-batching",
+                    yield Issue(SEQUENCE_BATCHING,
                                 "sequence batching must not specify either 'int32_false_true', "
                                 f"'fp32_false_true' or 'bool_false_true' for {kind_name} for {name}",
                                 obj, kind_name)
@@ -234,25 +199,25 @@ def _control_issues(batcher: Any, name: str, kind: int, typed: bool) -> Iterator
                 allowed = table()["corrid_data_types"]
                 type_name = s.DataType.Name(c.data_type)
                 if type_name not in allowed:
-                    yield Issue("triton.sequence-batching",
+                    yield Issue(SEQUENCE_BATCHING,
                                 f"unexpected data type for control {kind_name} for {name}. Allowed data "
                                 "types are TYPE_UINT64, TYPE_INT64, TYPE_UINT32, TYPE_INT32 and "
                                 "TYPE_STRING", obj, kind_name)
                     return
                 continue
             if not given:
-                yield Issue("triton.sequence-batching",
+                yield Issue(SEQUENCE_BATCHING,
                             "sequence batching must specify either 'int32_false_true', 'fp32_false_true' "
                             f"or 'bool_false_true' for {kind_name} for {name}", obj, kind_name)
                 return
             if len(given) > 1:
-                yield Issue("triton.sequence-batching",
+                yield Issue(SEQUENCE_BATCHING,
                             "sequence batching specifies more than one from 'int32_false_true', "
                             f"'fp32_false_true' and 'bool_false_true' for {kind_name} for {name}",
                             obj, kind_name)
                 return
             if len(getattr(c, given[0])) != 2:
-                yield Issue("triton.sequence-batching",
+                yield Issue(SEQUENCE_BATCHING,
                             f"sequence batching control '{given[0]}' must have exactly 2 entries for "
                             f"{kind_name} for {name}", obj, given[0])
                 return
@@ -264,11 +229,11 @@ def check_sequence_batching(config: Any) -> Iterator[Issue]:
         return
     name = config.name
     if config.response_cache.enable:
-        yield Issue("triton.response-cache",
+        yield Issue(RESPONSE_CACHE,
                     f"Response Cache does not currently support model {name} with sequence batching "
                     "scheduler. Please disable the response cache.", "response_cache", "response_cache")
     sb = config.sequence_batching
-    kinds = _schema().ModelSequenceBatching.Control
+    kinds = pb_schema().ModelSequenceBatching.Control
     for kind in (kinds.CONTROL_SEQUENCE_START, kinds.CONTROL_SEQUENCE_END, kinds.CONTROL_SEQUENCE_READY):
         problems = list(_control_issues(sb, name, kind, typed=False))
         yield from problems
@@ -276,19 +241,19 @@ def check_sequence_batching(config: Any) -> Iterator[Issue]:
             return
     yield from _control_issues(sb, name, kinds.CONTROL_SEQUENCE_CORRID, typed=True)
     if sb.HasField("oldest"):
-        for size in sb.oldest.preferred_batch_size:
+        for index, size in enumerate(sb.oldest.preferred_batch_size):
             if size <= 0:
-                yield Issue("triton.sequence-batching",
+                yield Issue(SEQUENCE_BATCHING,
                             f"sequence batching preferred batch size must be positive for {name}",
-                            "sequence_batching.oldest", "preferred_batch_size")
+                            "sequence_batching.oldest.preferred_batch_size", "preferred_batch_size", index=index)
                 break
             if size > config.max_batch_size:
-                yield Issue("triton.sequence-batching",
+                yield Issue(SEQUENCE_BATCHING,
                             f"sequence batching preferred batch size must be <= max batch size for {name}",
-                            "sequence_batching.oldest", "preferred_batch_size")
+                            "sequence_batching.oldest.preferred_batch_size", "preferred_batch_size", index=index)
                 break
     if sb.HasField("direct") and not 0.0 <= sb.direct.minimum_slot_utilization <= 1.0:
-        yield Issue("triton.sequence-batching",
+        yield Issue(SEQUENCE_BATCHING,
                     f"sequence batching minimum slot utilization must be in range (0.0, 1.0] for {name}",
                     "sequence_batching.direct", "minimum_slot_utilization")
 
@@ -299,15 +264,15 @@ def check_scheduling_kind(config: Any) -> Iterator[Issue]:
     name = config.name
     ensemble = table()["ensemble_platform"]
     if config.HasField("ensemble_scheduling") and config.platform != ensemble:
-        yield Issue("triton.ensemble-scheduling",
+        yield Issue(ENSEMBLE_SCHEDULING,
                     f"ensemble scheduling cannot be set for model '{name}' whose platform is not {ensemble}",
                     "ensemble_scheduling", "ensemble_scheduling")
     elif not config.HasField("ensemble_scheduling") and config.platform == ensemble:
-        yield Issue("triton.ensemble-scheduling",
+        yield Issue(ENSEMBLE_SCHEDULING,
                     f"ensemble scheduling must be set for ensemble {name} whose platform is {ensemble}",
                     "ensemble_scheduling", "platform")
     if config.model_transaction_policy.decoupled and config.response_cache.enable:
-        yield Issue("triton.response-cache",
+        yield Issue(RESPONSE_CACHE,
                     f"Response Cache does not currently support model {name} with 'decoupled' transaction "
                     "policy. Please disable the response cache.", "response_cache", "response_cache")
     for mc in config.model_metrics.metric_control:
@@ -321,7 +286,7 @@ def check_scheduling_kind(config: Any) -> Iterator[Issue]:
         elif not mc.histogram_options.buckets:
             problem = "histogram options must specify non-empty 'buckets'"
         if problem:
-            yield Issue("triton.model-metrics", f"{problem} for {name}", "model_metrics", "metric_control")
+            yield Issue(MODEL_METRICS, f"{problem} for {name}", "model_metrics", "metric_control")
             break
 
 
@@ -386,7 +351,7 @@ def io_shape_problem(io: Any, max_batch_size: int) -> str | None:
 
 def check_io(config: Any) -> Iterator[Issue]:
     """Every input and output (ValidateModelInput/Output), then batch inputs and outputs."""
-    s = _schema()
+    s = pb_schema()
     name, mbs = config.name, config.max_batch_size
     trt = config.platform == table()["tensorrt_platform"]
     for kind, tensors in (("input", config.input), ("output", config.output)):
@@ -399,7 +364,7 @@ def check_io(config: Any) -> Iterator[Issue]:
                 problem = "NHWC/NCHW require 3 dims"
                 obj = f"input '{io.name}'"
             if problem is None and io.is_shape_tensor and not trt:
-                yield Issue("triton.io", f"shape tensors are only supported for TensorRT platform "
+                yield Issue(MODEL_IO, f"shape tensors are only supported for TensorRT platform "
                             f"({kind} '{io.name}') for {name}", obj, needle)
                 continue
             if problem is None and io.is_non_linear_format_io:
@@ -408,17 +373,17 @@ def check_io(config: Any) -> Iterator[Issue]:
                 elif len(io.dims) != 3:
                     problem = f"Non-linear IO format {kind} requires 3 dims"
                 if problem:
-                    yield Issue("triton.io", f"{problem} ({kind} '{io.name}') for {name}", obj, needle)
+                    yield Issue(MODEL_IO, f"{problem} ({kind} '{io.name}') for {name}", obj, needle)
                     continue
             if problem is not None:
-                yield Issue("triton.io", f"model {kind} {problem} for {name}", obj, needle)
+                yield Issue(MODEL_IO, f"model {kind} {problem} for {name}", obj, needle)
                 continue
     yield from check_batch_io(config)
 
 
 def check_batch_io(config: Any) -> Iterator[Issue]:
     """ValidateBatchIO: batch inputs/outputs refer to declared tensors, right counts and types."""
-    s = _schema()
+    s = pb_schema()
     name = config.name
     inputs = {io.name for io in config.input}
     outputs = {io.name for io in config.output}
@@ -428,37 +393,37 @@ def check_batch_io(config: Any) -> Iterator[Issue]:
         obj = f"batch_input '{bi.target_name}'"
         needle = f'"{bi.target_name}"' if bi.target_name else "batch_input"
         if len(bi.source_input) != 1:
-            yield Issue("triton.batch-io", f"batch input kind '{kind}' expects 1 source input, got "
+            yield Issue(BATCH_IO, f"batch input kind '{kind}' expects 1 source input, got "
                         f"{len(bi.source_input)} for {name}", obj, needle)
             continue
         if s.DataType.Name(bi.data_type) not in allowed_types:
-            yield Issue("triton.batch-io",
+            yield Issue(BATCH_IO,
                         f"batch input data type must be TYPE_INT32 or TYPE_FP32 for {name}", obj, needle)
             continue
         for src in bi.source_input:
             if src not in inputs:
-                yield Issue("triton.batch-io", f"unknown source input name '{src}' for {name}", obj,
+                yield Issue(BATCH_IO, f"unknown source input name '{src}' for {name}", obj,
                             f'"{src}"')
     for bo in config.batch_output:
         kind = s.BatchOutput.Kind.Name(bo.kind)
         obj = f"batch_output {list(bo.target_name)}"
         if len(bo.source_input) != 1:
-            yield Issue("triton.batch-io", f"batch output kind '{kind}' expects 1 source input, got "
+            yield Issue(BATCH_IO, f"batch output kind '{kind}' expects 1 source input, got "
                         f"{len(bo.source_input)} for {name}", obj, "batch_output")
             continue
         bad = [src for src in bo.source_input if src not in inputs]
         if bad:
-            yield Issue("triton.batch-io", f"unknown source input name '{bad[0]}' for {name}", obj,
+            yield Issue(BATCH_IO, f"unknown source input name '{bad[0]}' for {name}", obj,
                         f'"{bad[0]}"')
             continue
         targets: set[str] = set()
         for target in bo.target_name:
             if target not in outputs:
-                yield Issue("triton.batch-io", f"unknown target output name '{target}' for {name}", obj,
+                yield Issue(BATCH_IO, f"unknown target output name '{target}' for {name}", obj,
                             f'"{target}"')
                 break
             if target in targets:
-                yield Issue("triton.batch-io", f"target output name '{target}' can only be specified once "
+                yield Issue(BATCH_IO, f"target output name '{target}' can only be specified once "
                             f"for {name}", obj, f'"{target}"')
                 break
             targets.add(target)
@@ -471,7 +436,7 @@ def check_instance_groups(config: Any) -> Iterator[Issue]:
     """ValidateInstanceGroup, without the host's GPUs: kinds vs gpus, impossible GPU ids, profiles."""
     if config.HasField("ensemble_scheduling"):
         return
-    s = _schema()
+    s = pb_schema()
     kinds = s.ModelInstanceGroup
     name = config.name
     trt = config.platform == table()["tensorrt_platform"]
@@ -481,33 +446,33 @@ def check_instance_groups(config: Any) -> Iterator[Issue]:
         obj = f"instance_group '{gname}'"
         if group.count < 0:
             # Triton 2.51 loads it: NormalizeInstanceGroup replaces a count below 1 with the default count.
-            yield Issue("triton.instance-group", f"instance group {gname} of model {name} has count "
-                        f"{group.count}: Triton replaces a count below 1 with its default instance count, so "
-                        "write the count you mean (or leave count out)", obj, "count", WARNING)
+            yield Issue(INSTANCE_GROUP, f"instance group {gname} of model {name} has count {group.count}: Triton "
+                        "replaces a count below 1 with its default instance count, so write the count you mean (or "
+                        "leave count out)", obj, "count", WARNING)
         if group.kind in (kinds.KIND_MODEL, kinds.KIND_CPU) and group.gpus:
             kname = kinds.Kind.Name(group.kind)
-            yield Issue("triton.instance-group", f"instance group {gname} of model {name} has kind {kname} "
+            yield Issue(INSTANCE_GROUP, f"instance group {gname} of model {name} has kind {kname} "
                         "but specifies one or more GPUs", obj, "gpus")
             continue
         if group.kind == kinds.KIND_GPU:
             for gid in group.gpus:
                 if gid < 0 or gid >= max_gpus:
-                    yield Issue("triton.instance-group",
+                    yield Issue(INSTANCE_GROUP,
                                 f"instance group {gname} of model {name} specifies invalid or unsupported "
                                 f"gpu id {gid}. GPUs with at least the minimum required CUDA compute "
                                 f"compatibility are numbered 0 to {max_gpus - 1} at most", obj, "gpus")
                     break
         elif group.kind == kinds.KIND_AUTO and any(g < 0 for g in group.gpus):
-            yield Issue("triton.instance-group", f"instance group {gname} of model {name} specifies invalid "
+            yield Issue(INSTANCE_GROUP, f"instance group {gname} of model {name} specifies invalid "
                         f"gpu id {min(group.gpus)}", obj, "gpus")
         if group.profile and not trt:
-            yield Issue("triton.instance-group",
+            yield Issue(INSTANCE_GROUP,
                         f"instance group {gname} of model {name} and platform {config.platform} specifies "
                         "profile field which is only supported for TensorRT models", obj, "profile")
         elif group.profile:
             for profile in group.profile:
                 if not profile.isdigit():
-                    yield Issue("triton.instance-group",
+                    yield Issue(INSTANCE_GROUP,
                                 f"instance group {gname} of model {name} and platform {config.platform} "
                                 f"specifies invalid profile {profile}. The field should contain the string "
                                 "representation of a non-negative integer.", obj, "profile")
@@ -518,7 +483,7 @@ def check_instance_groups(config: Any) -> Iterator[Issue]:
 
 
 def _type_name(data_type: int) -> str:
-    return _schema().DataType.Name(data_type).removeprefix("TYPE_")
+    return pb_schema().DataType.Name(data_type).removeprefix("TYPE_")
 
 
 def _shape(dims: Any) -> str:
@@ -540,22 +505,22 @@ def check_warmup(config: Any, folder: ModelFolder) -> Iterator[Issue]:
         for key in sorted(sample.inputs):
             value = sample.inputs[key]
             if any(d < -1 for d in value.dims):
-                yield Issue(WARMUP_INVALID.code, f"warmup sample '{sample.name}' input '{key}' has dims "
+                yield Issue(WARMUP, f"warmup sample '{sample.name}' input '{key}' has dims "
                             f"{_shape(value.dims)}: a dimension below -1 crashes tritonserver 2.51 while it loads "
                             f"{name}", obj, f'"{key}"')
                 return
             if WILDCARD in value.dims:
-                yield Issue(WARMUP_INVALID.code, "warmup setting expects all variable-size dimensions are specified "
+                yield Issue(WARMUP, "warmup setting expects all variable-size dimensions are specified "
                             f"for input '{key}'", obj, f'"{key}"')
                 return
             which = value.WhichOneof("input_data_type")
             if which is None:
-                yield Issue(WARMUP_INVALID.code, f"warmup setting expects input '{key}' to have input_data_type set",
+                yield Issue(WARMUP, f"warmup setting expects input '{key}' to have input_data_type set",
                             obj, f'"{key}"')
                 return
             if which == "input_data_file" and folder.data_files is not None \
                     and f"warmup/{value.input_data_file}" not in folder.data_files:
-                yield Issue(WARMUP_INVALID.code, f"failed to open text file for read {folder.name}/warmup/"
+                yield Issue(WARMUP, f"failed to open text file for read {folder.name}/warmup/"
                             f"{value.input_data_file}: No such file or directory", obj, "input_data_file")
                 return
         known = [k for k in sorted(sample.inputs) if k in declared]
@@ -563,25 +528,25 @@ def check_warmup(config: Any, folder: ModelFolder) -> Iterator[Issue]:
             expected = (f"{len(required)} inputs" if len(required) == len(declared)
                         else f"number of inputs between {len(required)} and {len(declared)}")
             missing = [r for r in required if r not in known]
-            yield Issue(WARMUP_INVALID.code, f"expected {expected} but got {len(known)} inputs for model '{name}'. Got "
+            yield Issue(WARMUP, f"expected {expected} but got {len(known)} inputs for model '{name}'. Got "
                         f"input(s) {known}, but missing required input(s) {missing}. Please provide all required "
                         "input(s).", obj, "model_warmup")
             return
         for key in known:
             value, io = sample.inputs[key], declared[key]
             if value.data_type != io.data_type:
-                yield Issue(WARMUP_INVALID.code, f"inference input '{key}' data-type is '{_type_name(value.data_type)}'"
+                yield Issue(WARMUP, f"inference input '{key}' data-type is '{_type_name(value.data_type)}'"
                             f", but model '{name}' expects '{_type_name(io.data_type)}'", obj, f'"{key}"')
                 return
             dims, want = tuple(value.dims), tuple(io.dims)
             if len(dims) != len(want) or any(w not in (WILDCARD, d) for d, w in zip(dims, want, strict=True)):
                 batch = (WILDCARD,) if mbs > 0 else ()
                 got = (1,) if mbs > 0 else ()
-                yield Issue(WARMUP_INVALID.code, f"unexpected shape for input '{key}' for model '{name}'. Expected "
+                yield Issue(WARMUP, f"unexpected shape for input '{key}' for model '{name}'. Expected "
                             f"{_shape(batch + want)}, got {_shape(got + dims)}.", obj, f'"{key}"')
                 return
         if sample.batch_size > max(mbs, 1):
-            yield Issue(WARMUP_INVALID.code, f"failed to run warmup sample '{sample.name}': batch size "
+            yield Issue(WARMUP, f"failed to run warmup sample '{sample.name}': batch size "
                         f"{sample.batch_size} for '{name}', max allowed is {mbs}", obj, "batch_size")
             return
 
@@ -621,23 +586,11 @@ def check_state(config: Any, folder: ModelFolder) -> Iterator[Issue]:
                     problem = (f"failed to open text file for read {folder.name}/initial_state/{init.data_file}: "
                                "No such file or directory")
             if problem:
-                yield Issue(INITIAL_STATE_INVALID.code, problem, obj, needle)
+                yield Issue(INITIAL_STATE, problem, obj, needle)
                 return
 
 
 # --------------------------------------------------------------------------- versions
-
-
-def selected_versions(config: Any, available: tuple[int, ...]) -> set[int]:
-    """The versions Triton loads from `available` under the model's version_policy."""
-    policy = config.version_policy
-    which = policy.WhichOneof("policy_choice")
-    if which == "all":
-        return set(available)
-    if which == "specific":
-        return set(policy.specific.versions) & set(available)
-    latest = policy.latest.num_versions if which == "latest" else 1
-    return set(sorted(available)[-latest:]) if latest > 0 else set()
 
 
 def check_versions(config: Any, folder: ModelFolder) -> Iterator[Issue]:
@@ -645,7 +598,7 @@ def check_versions(config: Any, folder: ModelFolder) -> Iterator[Issue]:
     if not folder.versions or is_ensemble(config):
         return
     if not selected_versions(config, folder.versions):
-        yield Issue("triton.version-policy",
+        yield Issue(VERSION_POLICY,
                     f"at least one version must be available under the version policy of model "
                     f"'{config.name}' (version folders: {', '.join(map(str, sorted(folder.versions)))})",
                     "version_policy", "version_policy")
@@ -664,11 +617,7 @@ def check_model(config: Any, folder: ModelFolder, *, ensembles: tuple[str, ...] 
                    check_instance_groups):
         issues.extend(single(filled))
     if filled.HasField("ensemble_scheduling") and is_ensemble(filled):
-        from kubectl_triton.checks.model.ensemble import check_ensemble_scheduling
-
         issues.extend(check_ensemble_scheduling(filled))
     if filled.backend == "tensorrtllm":
-        from kubectl_triton.checks.model.tensorrtllm import check_tensorrtllm
-
         issues.extend(check_tensorrtllm(filled, ensembles))
     return issues

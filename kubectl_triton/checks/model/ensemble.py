@@ -15,7 +15,21 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kubectl_triton.checks.findings import WARNING
-from kubectl_triton.checks.model.config import WILDCARD, Issue, ModelFolder, is_ensemble, selected_versions
+from kubectl_triton.checks.model.base import (
+    ENSEMBLE,
+    ENSEMBLE_BATCH,
+    ENSEMBLE_CYCLE,
+    ENSEMBLE_DECOUPLED,
+    ENSEMBLE_MODEL,
+    TRTLLM_DECOUPLED,
+    WILDCARD,
+    Issue,
+    ModelFolder,
+    is_ensemble,
+    pb_schema,
+    selected_versions,
+)
+from kubectl_triton.checks.model.tensorrtllm import streaming_inputs
 
 # --------------------------------------------------------------------------- one config
 
@@ -39,34 +53,34 @@ def check_ensemble_scheduling(config: Any) -> Iterator[Issue]:
     """ValidateEnsembleSchedulingConfig: the ensemble's own config, without looking at its steps."""
     name = config.name
     if config.instance_group:
-        yield Issue("triton.ensemble", f"instance group should not be specified for ensemble '{name}'",
+        yield Issue(ENSEMBLE, f"instance group should not be specified for ensemble '{name}'",
                     "instance_group", "instance_group")
         return
     if config.HasField("optimization"):
-        yield Issue("triton.ensemble", f"optimization should not be specified for ensemble '{name}'",
+        yield Issue(ENSEMBLE, f"optimization should not be specified for ensemble '{name}'",
                     "optimization", "optimization")
         return
     if config.model_warmup:
-        yield Issue("triton.ensemble", f"model_warmup can not be specified for ensemble '{name}'",
+        yield Issue(ENSEMBLE, f"model_warmup can not be specified for ensemble '{name}'",
                     "model_warmup", "model_warmup")
         return
     steps = config.ensemble_scheduling.step
     if not steps:
-        yield Issue("triton.ensemble", f"must specify 'step' for ensemble '{name}'", "ensemble_scheduling",
+        yield Issue(ENSEMBLE, f"must specify 'step' for ensemble '{name}'", "ensemble_scheduling",
                     "ensemble_scheduling")
         return
     tensors: dict[str, _Flow] = {}
     for index, step in enumerate(steps):
         for what in ("model_name", "input_map", "output_map"):
             if not getattr(step, what):
-                yield Issue("triton.ensemble", f"must specify '{what}' in step {index} of ensemble '{name}'",
+                yield Issue(ENSEMBLE, f"must specify '{what}' in step {index} of ensemble '{name}'",
                             _step_obj(index), step.model_name and f'"{step.model_name}"' or "step")
                 return
         produced = []
         for tensor in step.output_map.values():
             node = tensors.get(tensor)
             if node is not None and node.is_output:
-                yield Issue("triton.ensemble", f"ensemble tensor '{tensor}' can appear in an output map only "
+                yield Issue(ENSEMBLE, f"ensemble tensor '{tensor}' can appear in an output map only "
                             f"once for ensemble '{name}' step {index}", _step_obj(index), f'"{tensor}"')
                 return
             if node is None:
@@ -83,7 +97,7 @@ def check_ensemble_scheduling(config: Any) -> Iterator[Issue]:
     for io in config.input:
         node = tensors.get(io.name)
         if node is None:
-            yield Issue("triton.ensemble", f"ensemble input '{io.name}' for ensemble {name}' is not used",
+            yield Issue(ENSEMBLE, f"ensemble input '{io.name}' for ensemble {name}' is not used",
                         f"input '{io.name}'", f'"{io.name}"')
             return
         node.ready = True
@@ -97,26 +111,27 @@ def check_ensemble_scheduling(config: Any) -> Iterator[Issue]:
     for io in config.output:
         node = tensors.get(io.name)
         if node is None:
-            yield Issue("triton.ensemble", f"ensemble output '{io.name}' for ensemble {name}' is not used",
+            yield Issue(ENSEMBLE, f"ensemble output '{io.name}' for ensemble {name}' is not used",
                         f"output '{io.name}'", f'"{io.name}"')
             return
         if not node.ready:
-            yield Issue("triton.ensemble", _not_written(name, node), f"output '{io.name}'", f'"{io.name}"')
+            yield Issue(ENSEMBLE, _not_written(name, node), f"output '{io.name}'", f'"{io.name}"')
             return
         outputs.add(io.name)
     unused = [t for t, node in tensors.items()
               if t not in outputs and (not node.ready or not node.next)]
     for tensor in unused:
-        yield Issue("triton.ensemble", f"ensemble tensor '{tensor}' is unused in ensemble '{name}'",
+        yield Issue(ENSEMBLE, f"ensemble tensor '{tensor}' is unused in ensemble '{name}'",
                     f"tensor '{tensor}'", f'"{tensor}"')
 
 
 def _not_written(ensemble: str, node: _Flow) -> str:
     """Triton's message for an output that no step writes, naming the first unconnected source."""
     message = f"output '{node.name}' for ensemble '{ensemble}' is not written"
-    last, prev, seen = node, node.prev, set()
+    last, seen = node, set()
+    prev: list[_Flow] | None = node.prev
     while prev:
-        following = None
+        following: list[_Flow] | None = None
         for p in prev:
             if not p.ready and p.name not in seen:
                 seen.add(p.name)
@@ -162,10 +177,8 @@ def _fmt(dims: tuple[int, ...]) -> str:
 
 
 def _consistency(lhs: _Tensor, rhs: _Tensor, prefix: str) -> str | None:
-    from kubectl_triton.formats.pbtxt import schema
-
     if lhs.data_type != rhs.data_type:
-        name = schema().DataType.Name
+        name = pb_schema().DataType.Name
         return (f"{prefix}inconsistent data type: {name(lhs.data_type)} is inferred from model {lhs.model} "
                 f"while {name(rhs.data_type)} is inferred from model {rhs.model}")
     if not _dims_match(lhs.dims, rhs.dims) and not _dims_match(lhs.full_dims, rhs.full_dims):
@@ -183,14 +196,14 @@ def _map_step(ensemble: str, index: int, step: Any, model: Any,
     inputs = {io.name: io for io in model.input}
     for key, tensor in step.input_map.items():
         if key not in inputs:
-            yield Issue("triton.ensemble", f"in ensemble {ensemble}, ensemble tensor {tensor} is mapping to "
+            yield Issue(ENSEMBLE, f"in ensemble {ensemble}, ensemble tensor {tensor} is mapping to "
                         f"non-existing input {key} in model {step_name}", obj, f'"{key}"')
             return
     for io in model.input:
         tensor = step.input_map.get(io.name)
         if tensor is None:
             if not io.optional:
-                yield Issue("triton.ensemble", f"in ensemble {ensemble}, input {io.name} in model "
+                yield Issue(ENSEMBLE, f"in ensemble {ensemble}, input {io.name} in model "
                             f"{step_name} is not mapped to any ensemble tensors", obj, f'"{step_name}"')
                 return
             continue
@@ -201,7 +214,7 @@ def _map_step(ensemble: str, index: int, step: Any, model: Any,
     outputs = {io.name: io for io in model.output}
     for key, tensor in step.output_map.items():
         if key not in outputs:
-            yield Issue("triton.ensemble", f"in ensemble {ensemble}, ensemble tensor {tensor} is mapped from "
+            yield Issue(ENSEMBLE, f"in ensemble {ensemble}, ensemble tensor {tensor} is mapped from "
                         f"non-existing output {key} in model {step_name}", obj, f'"{key}"')
             return
     sibling = _Tensor(step_name)
@@ -220,7 +233,7 @@ def _merge(tensors: dict[str, _Tensor], tensor: str, node: _Tensor, ensemble: st
         tensors[tensor] = node
         return None
     problem = _consistency(tensors[tensor], node, f"in ensemble {ensemble}, ensemble tensor {tensor}: ")
-    return Issue("triton.ensemble", problem, obj, f'"{tensor}"') if problem else None
+    return Issue(ENSEMBLE, problem, obj, f'"{tensor}"') if problem else None
 
 
 def _link_step(index: int, step: Any, decoupled: bool, tensors: dict[str, _Tensor]) -> None:
@@ -322,21 +335,21 @@ def check_ensemble(name: str, config: Any, repo: _Repo) -> Iterator[Issue]:
     missing = sorted({s.model_name for s in steps if s.model_name not in repo.models
                       and s.model_name not in repo.known})
     if missing:
-        yield Issue("triton.ensemble-model",
+        yield Issue(ENSEMBLE_MODEL,
                     f"ensemble {name} contains models that are not available or ambiguous: "
                     + ", ".join(missing),
                     "ensemble_scheduling", f'"{missing[0]}"')
         return
     cycle = _cycle(repo, name)
     if cycle:
-        yield Issue("triton.ensemble-cycle", cycle, "ensemble_scheduling", "ensemble_scheduling")
+        yield Issue(ENSEMBLE_CYCLE, cycle, "ensemble_scheduling", "ensemble_scheduling")
         return
     for index, step in enumerate(steps):
         folder = repo.folders.get(step.model_name)
         model = repo.models.get(step.model_name)
         if step.model_version > 0 and model is not None and folder is not None and folder.versions \
                 and step.model_version not in selected_versions(model, folder.versions):
-            yield Issue("triton.ensemble-model",
+            yield Issue(ENSEMBLE_MODEL,
                         f"ensemble '{name}' depends on '{step.model_name}' whose required version "
                         f"{step.model_version} is not loaded", _step_obj(index), "model_version")
             return
@@ -359,7 +372,7 @@ def check_ensemble(name: str, config: Any, repo: _Repo) -> Iterator[Issue]:
             complete = False  # known only by name, or left to the backend's autocomplete
             continue
         if model.max_batch_size != 0 and model.max_batch_size < config.max_batch_size:
-            yield Issue("triton.ensemble-batch-size",
+            yield Issue(ENSEMBLE_BATCH,
                         f"ensemble {name} allows maximum batch size {config.max_batch_size}, but it contains "
                         f"model {step.model_name} which only allows maximum batch size to be "
                         f"{model.max_batch_size}", _step_obj(index), "max_batch_size")
@@ -373,7 +386,7 @@ def check_ensemble(name: str, config: Any, repo: _Repo) -> Iterator[Issue]:
         return
     problem, _ = _decoupled_branching(name, config, tensors)
     if problem:
-        yield Issue("triton.ensemble-decoupled", problem, "ensemble_scheduling", "ensemble_scheduling")
+        yield Issue(ENSEMBLE_DECOUPLED, problem, "ensemble_scheduling", "ensemble_scheduling")
 
 
 def check_ensembles(models: Mapping[str, Any], folders: Mapping[str, ModelFolder], known_models: set[str],
@@ -393,15 +406,13 @@ def check_ensembles(models: Mapping[str, Any], folders: Mapping[str, ModelFolder
 
 def _streaming_without_decoupled(name: str, config: Any, repo: _Repo) -> Iterator[Issue]:
     """A tensorrtllm step fed a streaming flag but not decoupled: every streaming request fails."""
-    from kubectl_triton.checks.model.tensorrtllm import streaming_inputs
-
     for index, step in enumerate(config.ensemble_scheduling.step):
         model = repo.models.get(step.model_name)
         if model is None or model.backend != "tensorrtllm" or model.model_transaction_policy.decoupled:
             continue
         fed = [key for key in step.input_map if key in streaming_inputs()]
         if fed:
-            yield Issue("tensorrtllm.decoupled",
+            yield Issue(TRTLLM_DECOUPLED,
                         f"ensemble {name} passes '{step.input_map[fed[0]]}' to input '{fed[0]}' of "
                         f"tensorrtllm model {step.model_name}, which is not decoupled: streaming requests "
                         "will fail; set model_transaction_policy { decoupled: true } in that model",

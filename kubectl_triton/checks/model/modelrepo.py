@@ -14,18 +14,21 @@ from pathlib import Path
 from typing import Any
 
 from kubectl_triton.checks.findings import ERROR, Finding
-from kubectl_triton.checks.model.config import Issue, ModelFolder, autofill, check_model, is_ensemble, table
-from kubectl_triton.checks.registry import register
+from kubectl_triton.checks.model.base import (
+    CONFIG_SYNTAX,
+    MODEL_CONFIG_MISSING,
+    Issue,
+    ModelFolder,
+    is_ensemble,
+    table,
+)
+from kubectl_triton.checks.model.config import autofill, check_model
+from kubectl_triton.checks.model.ensemble import check_ensembles
 from kubectl_triton.errors import InputError
+from kubectl_triton.formats.pbtxt import PbtxtError, locate, parse
 
 CONFIG = "config.pbtxt"
 
-MODEL_CONFIG_MISSING = register(
-    "ModelConfigMissing", "error", "model",
-    "A folder of the model repository has no config.pbtxt at its top level (committed under a version folder, or "
-    "left to auto-complete): Triton treats every folder as a model, and with auto-complete disabled it fails.",
-    "Put config.pbtxt directly in the model's folder (models/<model>/<triton model>/config.pbtxt), or remove the "
-    "folder.")
 
 
 @dataclass
@@ -101,8 +104,6 @@ def _unconfigured(model_dir: Path, root: Path, strict: bool) -> list[Finding]:
 
 
 def _read(model_dir: Path) -> _Model:
-    from kubectl_triton.formats.pbtxt import PbtxtError, parse
-
     file = model_dir / CONFIG
     try:
         text = file.read_text(encoding="utf-8")
@@ -131,17 +132,6 @@ def load_repository(repo_dir: Path) -> dict[str, Any]:
     return result
 
 
-def _line(text: str, needle: str | None) -> int | None:
-    """The first non-comment line of `text` that contains `needle` (1-based)."""
-    if not needle:
-        return None
-    for number, line in enumerate(text.splitlines(), 1):
-        code = line.split("#", 1)[0]
-        if needle in code:
-            return number
-    return None
-
-
 def _rel(path: Path, root: Path) -> str:
     try:
         return path.resolve().relative_to(root.resolve()).as_posix()
@@ -151,18 +141,16 @@ def _rel(path: Path, root: Path) -> str:
 
 def _findings(model: _Model, issues: Iterable[Issue], root: Path) -> list[Finding]:
     rel = _rel(model.file, root)
-    return [Finding(severity=i.severity, code=i.code, message=i.message, path=rel,
-                    line=_line(model.text, i.needle), model=model.name, object=i.object) for i in issues]
+    return [i.check.finding(i.message, severity=i.severity, path=rel, model=model.name, object=i.object,
+                            line=locate(model.text, i.object, i.needle, i.index)) for i in issues]
 
 
 def check_repository(repo_dir: Path, *, display_root: Path | None = None,
                      known_models: set[str] | None = None, strict: bool = False) -> list[Finding]:
     """Every static rule over one model repository. `known_models` are names served from elsewhere
     (ensemble steps may use them); paths in findings are relative to `display_root` (default repo_dir).
-    `strict`: the server runs with auto-complete disabled (--strict-model-config=true), as this repository's
-    Deployments do; Triton's own default is auto-complete on."""
-    from kubectl_triton.checks.model.ensemble import check_ensembles
-
+    `strict`: the server runs with auto-complete disabled (--strict-model-config=true or
+    --disable-auto-complete-config), as this repository's Deployments do; Triton's own default is auto-complete on."""
     root = display_root or repo_dir
     models = _scan(repo_dir)
     findings: list[Finding] = []
@@ -182,7 +170,7 @@ def check_repository(repo_dir: Path, *, display_root: Path | None = None,
             err = m.error
             rel = _rel(m.file, root)
             where = f"{rel}:{err.line}" + (f":{err.column}" if err.column else "")
-            findings.append(Finding(severity=ERROR, code="triton.pbtxt", message=f"{where}: {err.problem}",
+            findings.append(CONFIG_SYNTAX.finding(f"{where}: {err.problem}",
                                     path=rel, line=err.line, model=m.name))
             broken.add(m.name)
             continue
@@ -190,7 +178,7 @@ def check_repository(repo_dir: Path, *, display_root: Path | None = None,
         findings.extend(_findings(m, issues, root))
         filled[m.name] = autofill(m.config, m.folder)[0]
         folders[m.name] = m.folder
-        if not any(i.severity == ERROR for i in issues):
+        if not any(i.level == ERROR for i in issues):
             valid.add(m.name)
     by_name = {m.name: m for m in models}
     known = set(known_models or ()) | broken

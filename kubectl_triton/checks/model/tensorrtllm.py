@@ -14,7 +14,13 @@ from pathlib import Path
 from typing import Any
 
 from kubectl_triton.checks.findings import WARNING
-from kubectl_triton.checks.model.config import Issue
+from kubectl_triton.checks.model.base import (
+    TRTLLM_DECOUPLED,
+    TRTLLM_PARAMETER,
+    TRTLLM_PLACEHOLDER,
+    TRTLLM_TEXT_INPUT,
+    Issue,
+)
 
 PLACEHOLDER = re.compile(r"\$\{[^}]*\}")
 _BOOLS = {"true", "false", "1", "0", "yes", "no", "on", "off"}
@@ -72,19 +78,19 @@ def check_parameters(config: Any) -> Iterator[Issue]:
     for key, spec in data["mandatory"].items():
         hint = f"(fill_template.py variable '{spec['template']}', {spec['what']})"
         if key not in params:
-            yield Issue("tensorrtllm.parameter",
+            yield Issue(TRTLLM_PARAMETER,
                         f"tensorrtllm model {name} is missing mandatory parameter '{key}' {hint}",
                         _param(key), "parameters")
             continue
         value = params[key]
         if PLACEHOLDER.search(value):
-            yield Issue("tensorrtllm.placeholder",
+            yield Issue(TRTLLM_PLACEHOLDER,
                         f"mandatory parameter '{key}' of tensorrtllm model {name} is an unfilled template "
                         f"placeholder '{value}' {hint}", _param(key), value)
             continue
         problem = type_problem(value, spec)
         if problem:
-            yield Issue("tensorrtllm.parameter",
+            yield Issue(TRTLLM_PARAMETER,
                         f"mandatory parameter '{key}' of tensorrtllm model {name} {problem}, got '{value}'",
                         _param(key), f'"{key}"')
     for key, spec in data["optional"].items():
@@ -93,7 +99,7 @@ def check_parameters(config: Any) -> Iterator[Issue]:
             continue
         problem = type_problem(value, spec)
         if problem:
-            yield Issue("tensorrtllm.parameter",
+            yield Issue(TRTLLM_PARAMETER,
                         f"parameter '{key}' of tensorrtllm model {name} {problem}, got '{value}'; the "
                         "backend ignores it and uses its default", _param(key), f'"{key}"', WARNING)
 
@@ -105,7 +111,7 @@ def check_streaming(config: Any) -> Iterator[Issue]:
     for key in catalog()["streaming_parameters"]:
         param = config.parameters.get(key)
         if param is not None and param.string_value.strip().lower() in _TRUE:
-            yield Issue("tensorrtllm.decoupled",
+            yield Issue(TRTLLM_DECOUPLED,
                         f"tensorrtllm model {config.name} requests streaming (parameter '{key}') but is not "
                         "decoupled; set model_transaction_policy { decoupled: true }",
                         "model_transaction_policy", f'"{key}"')
@@ -118,7 +124,7 @@ def check_text_input(config: Any, ensembles: Iterable[str] = ()) -> Iterator[Iss
         if io.name in catalog()["text_inputs"]:
             where = (f"send text to ensemble {', '.join(repr(u) for u in users)} instead" if users else
                      "send text to an ensemble (preprocessing -> tensorrt_llm -> postprocessing) instead")
-            yield Issue("tensorrtllm.text-input",
+            yield Issue(TRTLLM_TEXT_INPUT,
                         f"tensorrtllm model {config.name} declares input '{io.name}', but the tensorrtllm "
                         f"backend takes token ids ('input_ids'), not text; {where}",
                         f"input '{io.name}'", f'"{io.name}"')

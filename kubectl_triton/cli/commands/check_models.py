@@ -7,8 +7,10 @@ from pathlib import Path
 
 import click
 
-from kubectl_triton.checks.findings import Finding, emit, has_errors
+from kubectl_triton.checks.findings import Finding, has_errors
+from kubectl_triton.cli.options import output_format, output_option
 from kubectl_triton.errors import InputError, ToolMissing
+from kubectl_triton.output.findings import FORMATS, emit
 
 
 def _with_triton(repo_dir: Path) -> list[Finding]:
@@ -29,8 +31,7 @@ def _with_triton(repo_dir: Path) -> list[Finding]:
 @click.argument("model_repository", metavar="MODEL_REPOSITORY_DIR", type=click.Path(path_type=Path))
 @click.option("--triton", "use_triton", is_flag=True,
               help="Also load the repository in a real tritonserver (python-backend shadows of each model).")
-@click.option("-o", "--output", type=click.Choice(["text", "json", "github"]), default=None,
-              help="Output format (default text).")
+@output_option(FORMATS)
 @click.pass_context
 def command(ctx: click.Context, model_repository: Path, use_triton: bool, output: str | None) -> None:
     """Check MODEL_REPOSITORY_DIR: every sub-folder holding a config.pbtxt is a model named after it.
@@ -50,8 +51,6 @@ def command(ctx: click.Context, model_repository: Path, use_triton: bool, output
     findings = check_repository(model_repository)
     if use_triton:
         findings += _with_triton(model_repository)
-    parent = (ctx.obj or {}).get("output") if ctx.obj else None
-    fmt = output or (parent if parent in ("text", "json", "github") else "text")
-    emit(findings, fmt, click.echo)
+    emit(findings, output_format(ctx, output, FORMATS), click.echo)
     if has_errors(findings):
         raise click.exceptions.Exit(1)

@@ -7,7 +7,10 @@ from pathlib import Path
 
 import click
 
+from kubectl_triton.cli.options import output_format, output_option
 from kubectl_triton.errors import InputError
+
+FORMATS = ("text", "json", "yaml", "markdown")
 
 
 @click.command("diff")
@@ -15,8 +18,7 @@ from kubectl_triton.errors import InputError
 @click.option("--base", "base_ref", default=None,
               help="Git ref to compare with (default: origin/$GITHUB_BASE_REF in a pull-request workflow, "
                    "else HEAD). The merge base of REF and HEAD is rendered, as a pull request's diff is.")
-@click.option("-o", "--output", type=click.Choice(["text", "markdown", "json"]), default=None,
-              help="text (default), markdown (a PR comment or step summary) or json.")
+@output_option(FORMATS, "text (default), json, yaml, or markdown (a PR comment or step summary).")
 @click.option("--exit-code", is_flag=True, help="Exit 1 when anything changes (as `git diff --exit-code`).")
 @click.pass_context
 def command(ctx: click.Context, repo_dir: Path | None, base_ref: str | None, output: str | None,
@@ -26,19 +28,18 @@ def command(ctx: click.Context, repo_dir: Path | None, base_ref: str | None, out
 
     Exit 0 (1 with --exit-code when something changed); 1 when a folder did not render; 2 on bad input."""
     from kubectl_triton.gitops import repo
-    from kubectl_triton.gitops.diff import compare, to_json, to_markdown, to_text
+    from kubectl_triton.gitops.diff import compare, to_dict, to_markdown, to_text
     from kubectl_triton.output.color import current
+    from kubectl_triton.output.document import dumps
 
-    output = output or (ctx.obj or {}).get("output") or "text"
-    if output not in ("text", "markdown", "json"):
-        raise click.UsageError(f"-o {output} is not supported by diff (text, markdown, json)")
+    output = output_format(ctx, output, FORMATS)
     if repo_dir is not None and not repo_dir.is_dir():
         raise InputError(f"{repo_dir}: no such directory")
     root = repo.find_root(repo_dir)
     ref = base_ref or (f"origin/{os.environ['GITHUB_BASE_REF']}" if os.environ.get("GITHUB_BASE_REF") else "HEAD")
     report = compare(root, ref)
-    if output == "json":
-        click.echo(to_json(report))
+    if output in ("json", "yaml"):
+        click.echo(dumps(to_dict(report), output))
     elif output == "markdown":
         click.echo(to_markdown(report), nl=False)
     else:

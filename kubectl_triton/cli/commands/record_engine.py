@@ -8,19 +8,20 @@ from pathlib import Path
 
 import click
 
+from kubectl_triton.cli.options import ClusterArgs, cluster_args, cluster_options
 from kubectl_triton.errors import ClusterError, InputError
 
 LOG_TAIL_LINES = 5000
 
 
-def job_log(ctx_obj: dict, job: str) -> tuple[str, str]:
+def job_log(where: ClusterArgs, job: str) -> tuple[str, str]:
     """The log of the build Job's latest pod, through kubectl_triton.adapters.kube."""
     try:
         from kubectl_triton.adapters import kube
     except ImportError:
         raise InputError("--from-job needs cluster access, which this build lacks",
                          hint="save the log (kubectl logs job/NAME > build.log) and pass --from-log") from None
-    client = kube.connect(ctx_obj.get("kubeconfig"), ctx_obj.get("context"), ctx_obj.get("namespace"))
+    client = kube.connect(where.kubeconfig, where.context, where.namespace)
     pods, _ = client.list("pods", label_selector=f"job-name={job}")
     if not pods:
         raise ClusterError(f"job {job}: no pods in namespace {client.namespace}",
@@ -43,9 +44,11 @@ def job_log(ctx_obj: dict, job: str) -> tuple[str, str]:
 @click.option("--gpu", "gpu", help="GPU catalog key (default: the build GPU's).")
 @click.option("--repo", "repo_dir", type=click.Path(path_type=Path), default=None,
               help="Repository root (default: the nearest parent holding overlays/).")
+@cluster_options()
 @click.pass_context
 def command(ctx: click.Context, model: str, from_dir: Path | None, from_job: str | None,
-            from_log: Path | None, gpu: str | None, repo_dir: Path | None) -> None:
+            from_log: Path | None, gpu: str | None, repo_dir: Path | None, kubeconfig: str | None,
+            kube_context: str | None, namespace: str | None) -> None:
     """Record MODEL's engine metadata (config.json, build-info.json, rank file sizes) under
     models/MODEL/engines/GPU/, atomically. Engine files are never copied."""
     from kubectl_triton.compat import record
@@ -67,7 +70,8 @@ def command(ctx: click.Context, model: str, from_dir: Path | None, from_job: str
                 raise InputError(f"{from_log}: cannot read: {err.strerror or err}") from None
             meta = record.from_log(text, str(from_log))
     else:
-        text, source = job_log(ctx.obj or {}, from_job)
+        assert from_job is not None  # exactly one source was given
+        text, source = job_log(cluster_args(ctx, kubeconfig, kube_context, namespace), from_job)
         meta = record.from_log(text, source)
     key = record.gpu_key(meta, gpu)
     dest = record.destination(root, model, key)

@@ -7,18 +7,22 @@ from pathlib import Path
 
 import click
 
-from kubectl_triton.checks.findings import emit, has_errors
+from kubectl_triton.checks.findings import has_errors
+from kubectl_triton.cli.options import output_format, output_option
 from kubectl_triton.errors import InputError
 from kubectl_triton.formats import schemas
 from kubectl_triton.gitops import repo
+
+FORMATS = ("text", "json", "yaml", "github")
+LIST_FORMATS = ("text", "json", "yaml", "markdown")
 
 
 @click.command("validate")
 @click.argument("repo_dir", required=False, type=click.Path(path_type=Path))
 @click.option("--triton", "with_triton", is_flag=True,
               help="Also load every model repository in the real tritonserver (python-backend shadows).")
-@click.option("-o", "--output", type=click.Choice(["text", "json", "github"]), default=None,
-              help="text (default), json, or github (workflow commands + step summary).")
+@output_option(FORMATS + ("markdown",), "text (default), json, yaml, or github (workflow commands + step summary); "
+               "with --list-checks also markdown.")
 @click.option("--kubernetes-version", default=schemas.DEFAULT_KUBERNETES_VERSION, show_default=True,
               help="Kubernetes version whose schemas built-in objects must satisfy.")
 @click.option("--no-compat", is_flag=True, help="Skip engine-to-GPU compatibility checks.")
@@ -27,16 +31,22 @@ from kubectl_triton.gitops import repo
                    "still see every cluster whole).")
 @click.option("--no-cache", is_flag=True,
               help="Render every folder anew (default: reuse renders whose input files are unchanged).")
+@click.option("--list-checks", is_flag=True, help="List every check (code, severity, scope, description) and exit.")
 @click.pass_context
 def command(ctx: click.Context, repo_dir: Path | None, with_triton: bool, output: str | None,
-            kubernetes_version: str, no_compat: bool, changed_from: str | None, no_cache: bool) -> None:
+            kubernetes_version: str, no_compat: bool, changed_from: str | None, no_cache: bool,
+            list_checks: bool) -> None:
     """Render every overlay and Flux path, check schemas, model configurations (ensembles included),
     engine/GPU compatibility and the deployment guides' practices. Exit 0: no errors; 1: errors; 2: bad input."""
     from kubectl_triton.checks.gate import Options, validate_repo
+    from kubectl_triton.output.findings import emit
 
-    output = output or (ctx.obj or {}).get("output") or "text"
-    if output not in ("text", "json", "github"):
-        raise click.UsageError(f"-o {output} is not supported by validate (text, json, github)")
+    if list_checks:
+        from kubectl_triton.output.checks import print_checks
+
+        click.echo(print_checks(output_format(ctx, output, LIST_FORMATS)))
+        return
+    output = output_format(ctx, output, FORMATS)
     if repo_dir is not None and not repo_dir.exists():
         raise InputError(f"{repo_dir}: no such directory")
     if not schemas.supported_version(kubernetes_version):

@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
-import json
 import platform
 
 import click
 
 from kubectl_triton import __version__
+from kubectl_triton.cli.options import output_format, output_option
+from kubectl_triton.output.document import dumps
+
+FORMATS = ("text", "json", "yaml")
 
 
 @click.command("version")
-@click.option("-o", "--output", type=click.Choice(["text", "json"]), default=None, help="Output format.")
+@output_option(FORMATS)
 @click.pass_context
 def command(ctx: click.Context, output: str | None) -> None:
     """Print the plugin version."""
-    output = output or (ctx.obj or {}).get("output") or "text"
+    output = output_format(ctx, output, FORMATS)
     info = {"version": __version__, "python": platform.python_version()}
-    click.echo(json.dumps(info) if output == "json" else f"kubectl-triton {__version__}")
+    click.echo(f"kubectl-triton {__version__}" if output == "text" else dumps(info, output))

@@ -1,0 +1,354 @@
+"""The GitOps repository, read once: its layout, overlays, Components, models and clusters with their Flux
+objects. Every command builds one `Repository` and hands it to the core; no module composes layout paths itself.
+
+The layout (folder names, Flux wiring) comes from `Layout`, whose defaults are the layout `kubectl triton init`
+writes; a repository can name other folders in its layout file (see `Layout.load`)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from kubectl_triton.errors import InputError
+from kubectl_triton.formats.yamlio import load_all, load_all_shared
+
+LAYOUT_FILE = "kubectl-triton.yaml"
+KUSTOMIZATION_FILES = ("kustomization.yaml", "kustomization.yml", "Kustomization")
+FLUX_KUSTOMIZATION_API = "kustomize.toolkit.fluxcd.io/"
+HELM_RELEASE_API = "helm.toolkit.fluxcd.io/"
+SOURCE_API = "source.toolkit.fluxcd.io/"
+ENGINE_BUILD_SUFFIX = "-engine-build"
+CANARY_SUFFIX = "-canary"
+MODEL_COMPONENT = "model"
+ROUTE_DIR = "route"
+MODEL_METADATA = "model.yaml"
+ENGINES_DIR = "engines"
+CONFIG = "config.pbtxt"
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where things live, relative to the repository root, and the names scaffolded Flux objects use."""
+
+    bases: str = "base"
+    gpus: str = "overlays/gpus"
+    overlays: str = "overlays"
+    models: str = "models"
+    clusters: str = "clusters"
+    namespace: str = "triton"
+    source_kind: str = "GitRepository"
+    source_name: str = "flux-system"
+    depends_on: tuple[str, ...] = ("infrastructure", "platform")
+    file: Path | None = None  # the layout file it was read from; None: defaults
+
+    @classmethod
+    def load(cls, root: Path) -> Layout:
+        """The layout file's `paths:` and `flux:` sections over the defaults (defaults when there is no file)."""
+        path = root / LAYOUT_FILE
+        if not path.is_file():
+            return cls()
+        docs = load_all(path)
+        doc = docs[0] if docs else {}
+        if doc is None:
+            doc = {}
+        if not isinstance(doc, dict):
+            raise InputError(f"{LAYOUT_FILE}: expected a mapping at the top level")
+        paths = _section(doc, "paths")
+        flux = _section(doc, "flux")
+        source = _mapping(flux.get("sourceRef"))
+        values: dict[str, Any] = {k: str(paths[k]).strip("/") for k in ("bases", "gpus", "overlays", "models",
+                                                                         "clusters") if paths.get(k)}
+        if doc.get("namespace"):
+            values["namespace"] = str(doc["namespace"])
+        if source.get("kind"):
+            values["source_kind"] = str(source["kind"])
+        if source.get("name"):
+            values["source_name"] = str(source["name"])
+        if isinstance(flux.get("dependsOn"), list):
+            values["depends_on"] = tuple(str(d) for d in flux["dependsOn"])
+        return cls(**values, file=path)
+
+    # Paths of things that may not exist yet (what add-model, canary and init write), relative to the root.
+    def model_dir(self, model: str) -> str:
+        return f"{self.models}/{model}"
+
+    def overlay_dir(self, model: str, variant: str | None = None) -> str:
+        return f"{self.overlays}/{model}" + (f"/{variant}" if variant else "")
+
+    def gpu_component(self, gpu: str) -> str:
+        return f"{self.gpus}/{gpu}"
+
+    def cluster_dir(self, cluster: str) -> str:
+        return f"{self.clusters}/{cluster}"
+
+    def engines_dir(self, model: str, gpu: str | None = None) -> str:
+        return f"{self.models}/{model}/{ENGINES_DIR}" + (f"/{gpu}" if gpu else "")
+
+
+def _section(doc: dict[str, Any], key: str) -> dict[str, Any]:
+    value = doc.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise InputError(f"{LAYOUT_FILE}: `{key}` must be a mapping")
+    return value
+
+
+@dataclass(frozen=True)
+class FluxObject:
+    """A Flux object declared in a cluster folder (Kustomization, HelmRelease or a source)."""
+
+    kind: str
+    name: str
+    namespace: str
+    file: Path
+    obj: dict[str, Any]
+
+    @property
+    def spec(self) -> dict[str, Any]:
+        spec = self.obj.get("spec")
+        return spec if isinstance(spec, dict) else {}
+
+
+@dataclass(frozen=True)
+class FluxKustomization(FluxObject):
+    """A Flux Kustomization: what it applies (`path`, from its `sourceRef`) and what it waits for."""
+
+    path: str = "./"
+
+    @property
+    def depends_on(self) -> list[tuple[str, str]]:
+        """(namespace, name) of each well-formed dependsOn entry."""
+        deps = self.spec.get("dependsOn")
+        return [(str(d.get("namespace", self.namespace)), str(d.get("name"))) for d in deps
+                if isinstance(d, dict)] if isinstance(deps, list) else []
+
+    @property
+    def source_ref(self) -> tuple[str, str, str]:
+        """(kind, name, namespace) of spec.sourceRef."""
+        raw = self.spec.get("sourceRef")
+        ref: dict[str, Any] = raw if isinstance(raw, dict) else {}
+        return (str(ref.get("kind", "")), str(ref.get("name", "")), str(ref.get("namespace", self.namespace)))
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """A cluster folder: the Flux objects in its YAML files."""
+
+    name: str
+    path: Path
+    flux: tuple[FluxObject, ...]
+
+    @property
+    def kustomizations(self) -> list[FluxKustomization]:
+        return [o for o in self.flux if isinstance(o, FluxKustomization)]
+
+    @property
+    def helm_releases(self) -> list[FluxObject]:
+        return [o for o in self.flux if o.kind == "HelmRelease"]
+
+
+@dataclass(frozen=True)
+class Overlay:
+    """A buildable kustomization under the overlays folder. `model` and `variant` come from its place
+    (`<overlays>/<model>/<variant>`); a GPU Component folder is no overlay."""
+
+    path: Path
+    rel: str
+    model: str | None
+    variant: str | None
+
+    @property
+    def is_engine_build(self) -> bool:
+        return bool(self.variant and self.variant.endswith(ENGINE_BUILD_SUFFIX))
+
+    @property
+    def is_canary(self) -> bool:
+        return bool(self.variant and self.variant.endswith(CANARY_SUFFIX))
+
+
+@dataclass(frozen=True)
+class Model:
+    """A model folder: its metadata file and the Triton models (sub-folders holding config.pbtxt)."""
+
+    name: str
+    path: Path
+    triton_models: tuple[str, ...]
+
+    @property
+    def metadata_file(self) -> Path:
+        return self.path / MODEL_METADATA
+
+    def config_file(self, triton_model: str) -> Path:
+        return self.path / triton_model / CONFIG
+
+
+@dataclass
+class Repository:
+    """The repository at `root`, read on first use of each part and then kept (one command, one read)."""
+
+    root: Path
+    layout: Layout = field(default_factory=Layout)
+    tolerant: bool = False  # malformed files are skipped (validate reports them) instead of raising InputError
+
+    @classmethod
+    def at(cls, root: Path, *, tolerant: bool = False) -> Repository:
+        """The repository whose root is `root` (its layout file read, if any). With `tolerant`, a malformed
+        layout file counts as the defaults and malformed kustomization and Flux files are skipped."""
+        root = root.resolve()
+        try:
+            layout = Layout.load(root)
+        except InputError:
+            if not tolerant:
+                raise
+            layout = Layout()
+        return cls(root, layout, tolerant)
+
+    @classmethod
+    def find(cls, start: Path | None = None) -> Repository:
+        """The repository holding `start` (default: the working directory): the nearest folder upwards with a
+        layout file, else one with an overlays/ folder (the default layout)."""
+        here = (start or Path.cwd()).resolve()
+        if not here.is_dir():
+            raise InputError(f"{start}: not a directory")
+        for candidate in (here, *here.parents):
+            if (candidate / LAYOUT_FILE).is_file():
+                return cls.at(candidate)
+        for candidate in (here, *here.parents):
+            if (candidate / Layout.overlays).is_dir():
+                return cls.at(candidate)
+        raise InputError(f"{here}: no {LAYOUT_FILE} or {Layout.overlays}/ folder here or in any parent",
+                         hint="run inside a kubectl-triton GitOps repository or pass its path")
+
+    def path(self, rel: str) -> Path:
+        return self.root / rel
+
+    def relative(self, path: Path) -> str:
+        return relative(self.root, path)
+
+    @cached_property
+    def _kustomizations(self) -> list[tuple[Path, str]]:
+        return list(_kustomizations(self.root / self.layout.overlays, self.tolerant))
+
+    @cached_property
+    def overlays(self) -> list[Overlay]:
+        """Every buildable kustomization under the overlays folder (Components excluded), sorted by path."""
+        top = self.root / self.layout.overlays
+        out = []
+        for path, kind in self._kustomizations:
+            if kind != "Kustomization":
+                continue
+            parts = path.relative_to(top).parts
+            out.append(Overlay(path, self.relative(path), parts[0] if parts else None,
+                               "/".join(parts[1:]) or None))
+        return out
+
+    @cached_property
+    def components(self) -> list[Path]:
+        """Every Kustomize Component under the overlays folder (GPU types, model components)."""
+        return [path for path, kind in self._kustomizations if kind == "Component"]
+
+    @cached_property
+    def gpu_components(self) -> dict[str, Path]:
+        """GPU type key -> its Component folder."""
+        top = self.root / self.layout.gpus
+        if not top.is_dir():
+            return {}
+        return {p.name: p for p in sorted(top.iterdir()) if kustomization_file(p) is not None}
+
+    @cached_property
+    def clusters(self) -> list[Cluster]:
+        """Cluster folders, each with the Flux objects its YAML files declare."""
+        top = self.root / self.layout.clusters
+        folders = sorted(p for p in top.iterdir() if p.is_dir()) if top.is_dir() else []
+        return [Cluster(p.name, p, tuple(_flux_objects(p, self.tolerant))) for p in folders]
+
+    def cluster(self, name: str) -> Cluster | None:
+        return next((c for c in self.clusters if c.name == name), None)
+
+    @property
+    def flux_kustomizations(self) -> list[FluxKustomization]:
+        return [k for c in self.clusters for k in c.kustomizations]
+
+    @cached_property
+    def models(self) -> list[Model]:
+        """Model folders (each holding Triton model folders and, usually, model.yaml)."""
+        top = self.root / self.layout.models
+        if not top.is_dir():
+            return []
+        out = []
+        for p in sorted(top.iterdir()):
+            if p.is_dir() and not p.name.startswith("."):
+                tms = tuple(sorted(c.parent.name for c in p.glob(f"*/{CONFIG}") if c.is_file()))
+                out.append(Model(p.name, p, tms))
+        return out
+
+    def model(self, name: str) -> Model | None:
+        return next((m for m in self.models if m.name == name), None)
+
+    def owners_of(self, triton_model: str) -> list[Model]:
+        """Models whose folder holds Triton model `triton_model`."""
+        return [m for m in self.models if triton_model in m.triton_models]
+
+
+def kustomization_file(directory: Path) -> Path | None:
+    for name in KUSTOMIZATION_FILES:
+        if (directory / name).is_file():
+            return directory / name
+    return None
+
+
+def relative(root: Path, path: Path) -> str:
+    """`path` relative to `root` when inside it, for messages and JSON output."""
+    try:
+        return str(path.resolve().relative_to(root.resolve()))
+    except ValueError:
+        return str(path)
+
+
+def _mapping(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _kind(kfile: Path, tolerant: bool = False) -> str:
+    """The file's kind. A malformed file raises InputError, or with `tolerant` counts as a Kustomization (its
+    build then fails and says why)."""
+    try:
+        docs = load_all_shared(kfile) if tolerant else load_all(kfile)
+    except InputError:
+        if not tolerant:
+            raise
+        return "Kustomization"
+    doc = docs[0] if docs else None
+    return str(doc.get("kind", "Kustomization")) if isinstance(doc, dict) else "Kustomization"
+
+
+def _kustomizations(top: Path, tolerant: bool = False) -> Iterator[tuple[Path, str]]:
+    if not top.is_dir():
+        return
+    for kfile in sorted(top.rglob("kustomization.yaml")):
+        yield kfile.parent, _kind(kfile, tolerant)
+
+
+def _flux_objects(cluster_dir: Path, tolerant: bool = False) -> Iterator[FluxObject]:
+    for f in sorted(cluster_dir.rglob("*.y*ml")):
+        try:
+            docs = load_all_shared(f) if tolerant else load_all(f)
+        except InputError:
+            if not tolerant:
+                raise
+            continue
+        for doc in docs:
+            if not isinstance(doc, dict):
+                continue
+            api, kind = str(doc.get("apiVersion", "")), str(doc.get("kind", ""))
+            meta = _mapping(doc.get("metadata"))
+            name, ns = str(meta.get("name", "")), str(meta.get("namespace", "flux-system"))
+            if kind == "Kustomization" and api.startswith(FLUX_KUSTOMIZATION_API):
+                spec = _mapping(doc.get("spec"))
+                yield FluxKustomization(kind, name, ns, f, doc, path=str(spec.get("path", "./")))
+            elif (kind == "HelmRelease" and api.startswith(HELM_RELEASE_API)) or api.startswith(SOURCE_API):
+                yield FluxObject(kind, name, ns, f, doc)
