@@ -17,6 +17,7 @@ from kubectl_triton.adapters import kustomize
 from kubectl_triton.checks.findings import Finding
 from kubectl_triton.checks.manifests import convergence, enginebuild, gpufacts, monitoring, multinode, routes, security
 from kubectl_triton.checks.registry import register
+from kubectl_triton.compat.repo_check import check_metadata
 from kubectl_triton.errors import RenderError, TritonCtlError
 from kubectl_triton.formats import schemas, yamlio
 from kubectl_triton.gitops import assembly, inputs, layout, repo
@@ -192,8 +193,6 @@ def _provides(root: Path, findings: list[Finding]) -> layout.ClusterProvides:
 
 def _metadata_findings(root: Path, broken: set[Path]) -> list[Finding]:
     """models/*/model.yaml files that parse but have fields of the wrong shape."""
-    from kubectl_triton.compat.repo_check import check_metadata
-
     out = []
     for meta_file in sorted((root / "models").glob("*/model.yaml")) if (root / "models").is_dir() else []:
         if meta_file in broken:

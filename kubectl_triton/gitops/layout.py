@@ -3,7 +3,9 @@ refused), and reading what a cluster provides from the layout file (kubectl-trit
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -98,9 +100,6 @@ def _node_line(node: Any, path: list[Any]) -> int | None:
 def read_cluster_provides(root: Path) -> ClusterProvides:
     """The `cluster.provides` section of `root`/kubectl-triton.yaml (empty when the file is absent).
     A malformed file raises LayoutError naming the repository-relative path and line."""
-    import json
-    from importlib import resources
-
     import jsonschema  # type: ignore[import-untyped]
     import yaml
 

@@ -15,12 +15,14 @@ from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from functools import cache
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from kubectl_triton.checks.findings import Finding
 from kubectl_triton.checks.registry import register
 from kubectl_triton.formats.schemas import object_id
+from kubectl_triton.gitops import repo
 from kubectl_triton.gitops.layout import ClusterProvides
 
 NAMESPACE_MISSING = register(
@@ -85,8 +87,6 @@ WORKLOADS = ("Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job", "Cro
 
 @cache
 def _data() -> dict[str, Any]:
-    from importlib import resources
-
     import yaml
 
     return yaml.safe_load(resources.files("kubectl_triton").joinpath("data", "chart_crds.yaml")
@@ -641,8 +641,6 @@ def check_cluster(applied: list[Applied], provides: ClusterProvides, flux_namesp
 
 def check(root: Path, targets: list[Any], provides: ClusterProvides) -> list[Finding]:
     """validate's hook: one simulation per cluster folder, over the rendered Flux Kustomization paths."""
-    from kubectl_triton.gitops import repo
-
     by_path = {t.path: t for t in targets}
     out: list[Finding] = []
     for cluster_dir in repo.clusters(root, tolerant=True):

@@ -15,6 +15,8 @@ from kubectl_triton.checks.registry import register
 from kubectl_triton.compat.catalog import GPU, by_gfd_label, cc_tuple
 from kubectl_triton.compat.data import load
 from kubectl_triton.compat.repo_check import Placement, placements
+from kubectl_triton.errors import TritonCtlError
+from kubectl_triton.formats import yamlio
 from kubectl_triton.formats.schemas import object_id
 
 GPUS_PER_NODE = register(
@@ -177,9 +179,6 @@ def _memory_fit(model: ModelMeta, engine: dict[str, Any], gpu: GPU, world: int, 
 
 def read_models(root: Path) -> dict[str, ModelMeta]:
     """Parsable models/*/model.yaml files by model name (malformed ones are reported by validate itself)."""
-    from kubectl_triton.errors import TritonCtlError
-    from kubectl_triton.formats import yamlio
-
     out = {}
     for meta_file in sorted((root / "models").glob("*/model.yaml")) if (root / "models").is_dir() else []:
         try:
