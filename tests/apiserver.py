@@ -16,10 +16,10 @@ import contextlib
 import copy
 import hashlib
 import json
-import sys
 import re
 import socket
 import struct
+import sys
 import threading
 import time
 import urllib.error
