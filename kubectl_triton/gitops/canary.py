@@ -20,6 +20,7 @@ from typing import Any
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.scalarstring import DoubleQuotedScalarString
 
+from kubectl_triton.checks.model.base import served_versions
 from kubectl_triton.errors import InputError
 from kubectl_triton.formats import pbtxt
 from kubectl_triton.formats import yamldump as Y
@@ -36,11 +37,12 @@ from kubectl_triton.gitops.labels import (
     LABEL_TRACK,
     LABEL_VERSION,
 )
+from kubectl_triton.gitops.model import CANARY_SUFFIX
 from kubectl_triton.gitops.repo import flux_kustomizations
 from kubectl_triton.gitops.scaffold import Plan, flux_kustomization, resolve_cluster, triton_name, validate_name
 
 CANARY = "canary"
-SUFFIX = "-canary"
+SUFFIX = CANARY_SUFFIX
 ROUTE_DIR = "route"
 HTTP_PORT = 8000
 DEFAULT_GATEWAY = "triton-gateway"
@@ -79,26 +81,6 @@ def set_version_policy(text: str, version: int, source: str = "config.pbtxt") ->
         raise InputError(f"{source}: cannot set version_policy in this file's layout; set "
                          f"'{policy_text(version)}' by hand")
     return new
-
-
-def served_versions(config: Any, available: list[int] | None = None) -> tuple[str, list[int]]:
-    """The policy kind (`specific`, `latest`, `all`) and the versions it names (`latest`: its count;
-    with `available` version folders known, the versions it would serve)."""
-    policy = config.version_policy
-    kind = policy.WhichOneof("policy_choice") or "latest"
-    if kind == "specific":
-        return kind, sorted(policy.specific.versions)
-    if kind == "all":
-        return kind, sorted(available or [])
-    count = policy.latest.num_versions if policy.HasField("latest") else 1
-    return kind, sorted(available or [])[-max(count, 1):] if available else [count]
-
-
-def without_policy(config: Any) -> Any:
-    out = type(config)()
-    out.CopyFrom(config)
-    out.ClearField("version_policy")
-    return out
 
 
 # ---- what the repository holds -----------------------------------------------------------------------

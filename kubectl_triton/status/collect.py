@@ -15,7 +15,7 @@ from datetime import datetime, timezone
 from typing import Protocol, overload
 from urllib.parse import quote
 
-from kubectl_triton.adapters.kube import ProxyResponse
+from kubectl_triton.adapters.kube import ALL_NAMESPACES, RESOURCES, ProxyResponse
 from kubectl_triton.errors import EXIT_FINDINGS, EXIT_OK, EXIT_TIMEOUT, ClusterError
 from kubectl_triton.status import FAILED, HEALTHY, UNKNOWN, ModelProbe, ModelStatus, Probe, Snapshot
 from kubectl_triton.status import diagnose as diag
@@ -123,8 +123,6 @@ class Collector:
             if got is not None:
                 self.watch_source[field] = ("events.k8s.io", "regarding.kind=Pod")
         if got is None:
-            from kubectl_triton.adapters.kube import RESOURCES
-
             self.note(f"list-{field}", f"not read: {RESOURCES[resource].display} (list is forbidden); "
                                        f"{OPTIONAL[field]}")
             return [], ""
@@ -133,8 +131,6 @@ class Collector:
     def _list_kustomizations(self) -> tuple[list[dict], str]:
         """Flux Kustomizations in any namespace; with only namespaced rights, those of flux-system.
         A cluster without Flux (API not served) has none."""
-        from kubectl_triton.adapters.kube import ALL_NAMESPACES
-
         got = self.kube.list("kustomizations", self.flux_namespace or ALL_NAMESPACES, tolerate=(403, 404))
         if got is None and self.flux_namespace is None:
             self.flux_namespace = "flux-system"

@@ -15,19 +15,14 @@ from pathlib import Path
 from typing import Any
 
 from kubectl_triton.checks.findings import ERROR, WARNING, Finding
+from kubectl_triton.checks.model.base import served_versions, without_policy
 from kubectl_triton.checks.registry import Severity, register
 from kubectl_triton.errors import TritonCtlError
 from kubectl_triton.formats import pbtxt
 from kubectl_triton.formats.schemas import object_id
 from kubectl_triton.gitops import assembly, repo
-from kubectl_triton.gitops.canary import (
-    ANN_CANARY_VERSION,
-    ANN_STABLE_VERSION,
-    ANN_TRITON_MODEL,
-    SUFFIX,
-    served_versions,
-    without_policy,
-)
+from kubectl_triton.gitops.labels import ANN_CANARY_VERSION, ANN_STABLE_VERSION, ANN_TRITON_MODEL
+from kubectl_triton.gitops.model import CANARY_SUFFIX as SUFFIX
 
 _DECLARED: tuple[tuple[str, Severity, str, str], ...] = (
     ("RouteBackendMissing", "error", "an HTTPRoute backend names a Service (or port) the cluster does not render",

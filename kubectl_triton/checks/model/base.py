@@ -155,3 +155,23 @@ def selected_versions(config: Any, available: tuple[int, ...]) -> set[int]:
         return set(policy.specific.versions) & set(available)
     latest = policy.latest.num_versions if which == "latest" else 1
     return set(sorted(available)[-latest:]) if latest > 0 else set()
+
+
+def served_versions(config: Any, available: list[int] | None = None) -> tuple[str, list[int]]:
+    """The policy kind (`specific`, `latest`, `all`) and the versions it names (`latest`: its count;
+    with `available` version folders known, the versions it would serve)."""
+    policy = config.version_policy
+    kind = policy.WhichOneof("policy_choice") or "latest"
+    if kind == "specific":
+        return kind, sorted(policy.specific.versions)
+    if kind == "all":
+        return kind, sorted(available or [])
+    count = policy.latest.num_versions if policy.HasField("latest") else 1
+    return kind, sorted(available or [])[-max(count, 1):] if available else [count]
+
+
+def without_policy(config: Any) -> Any:
+    out = type(config)()
+    out.CopyFrom(config)
+    out.ClearField("version_policy")
+    return out
