@@ -9,15 +9,27 @@ import json
 import tempfile
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from kubectl_triton.adapters import kustomize
 from kubectl_triton.checks.findings import Finding
-from kubectl_triton.checks.manifests import convergence, enginebuild, gpufacts, monitoring, multinode, routes, security
+from kubectl_triton.checks.manifests import (
+    convergence,
+    enginebuild,
+    gpufacts,
+    monitoring,
+    multinode,
+    practices,
+    routes,
+    security,
+)
+from kubectl_triton.checks.manifests.practices import parse_duration
+from kubectl_triton.checks.model.modelrepo import check_repository, load_repository
+from kubectl_triton.checks.model.triton import check_repository_with_triton
 from kubectl_triton.checks.registry import register
-from kubectl_triton.compat.repo_check import check_metadata
+from kubectl_triton.compat.repo_check import check_metadata, check_repo
 from kubectl_triton.errors import RenderError, TritonCtlError
 from kubectl_triton.formats import schemas, yamlio
 from kubectl_triton.gitops import assembly, inputs, layout, repo
@@ -250,8 +262,6 @@ def _targets(root: Path, findings: list[Finding]) -> list[Target]:
                                     path=rel_file, object=where))
         else:
             target = add(path)
-            from kubectl_triton.checks.manifests.practices import parse_duration
-
             timeout = parse_duration(spec.get("timeout") or spec.get("interval") or "")
             if timeout:
                 target.flux_timeouts.append(timeout)
@@ -289,9 +299,6 @@ def _duplicate_findings(root: Path, targets: list[Target]) -> list[Finding]:
 
 
 def _model_findings(root: Path, targets: list[Target], options: Options) -> list[Finding]:
-    from kubectl_triton.checks.manifests import practices
-    from kubectl_triton.checks.model.modelrepo import check_repository, load_repository
-
     out: list[Finding] = []
     checked: dict[str, tuple[list[Finding], practices.ModelFacts]] = {}
     with tempfile.TemporaryDirectory(prefix="kubectl-triton-validate-") as tmp:
@@ -313,8 +320,6 @@ def _model_findings(root: Path, targets: list[Target], options: Options) -> list
 
 def _check_assembled(root: Path, target: Target, data: dict[str, str], dest: Path, options: Options,
                      check_repository: Any, load_repository: Any) -> tuple[list[Finding], Any]:
-    from kubectl_triton.checks.manifests import practices
-
     dest.mkdir(parents=True)
     try:
         assembly.assemble(data, dest)
@@ -324,8 +329,6 @@ def _check_assembled(root: Path, target: Target, data: dict[str, str], dest: Pat
     instance = _instance(target.objects)
     found = check_repository(dest, display_root=dest, strict=strict_model_config(target.objects))
     if options.triton:
-        from kubectl_triton.checks.model.triton import check_repository_with_triton
-
         found += check_repository_with_triton(dest, display_root=dest)
     try:
         facts = practices.model_facts(load_repository(dest))
@@ -365,8 +368,6 @@ def _instance(objects: list[dict]) -> str | None:
 
 def _source_path(root: Path, target: Target, instance: str | None, dest: Path, finding: Finding) -> Finding:
     """Point a finding about the assembled repository at the committed file it came from."""
-    from dataclasses import replace
-
     if not finding.path:
         return replace(finding, path=target.rel)
     assembled = dest / finding.path
@@ -378,8 +379,6 @@ def _source_path(root: Path, target: Target, instance: str | None, dest: Path, f
 
 
 def _compat_findings(root: Path, targets: list[Target]) -> list[Finding]:
-    from kubectl_triton.compat.repo_check import check_repo
-
     overlays = [t.result for t in targets if t.result is not None and t.rel.startswith("overlays/")]
     try:
         return check_repo(root, overlays)
