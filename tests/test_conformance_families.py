@@ -181,7 +181,7 @@ def test_instance_group_counts_triton_accepts(install, tmp_path: Path):
     repo = write_repo(tmp_path / "repo", models)
     verdicts = assert_agree(install, repo, strict=True)
     assert all(message is None for message in verdicts.values())
-    warned = {f.model for f in check_repository(repo, strict=True) if f.code == "triton.instance-group"}
+    warned = {f.model for f in check_repository(repo, strict=True) if f.code == "InstanceGroup"}
     assert warned == {n for n in models if "minus" in n}  # accepted, but the count is not what it says
 
 

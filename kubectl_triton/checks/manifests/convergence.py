@@ -11,6 +11,7 @@ Pure: rendered objects and Flux Kustomization objects in, findings out (`check` 
 
 from __future__ import annotations
 
+import fnmatch
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -439,7 +440,7 @@ _REF_CHECKS = {"PersistentVolumeClaim": CLAIM_MISSING, "ConfigMap": CONFIGMAP_MI
 
 def _reference_findings(ks: Applied, objects: list[dict], cluster: _Cluster,
                         provides: ClusterProvides) -> Iterator[Finding]:
-    external = {(s.namespace, s.name) for s in provides.secrets}
+    external = [(s.namespace, s.name) for s in provides.secrets]
     for obj in objects:
         kind, ns, oid = obj.get("kind"), _ns(obj), object_id(obj)
         if kind in WORKLOADS:
@@ -448,7 +449,10 @@ def _reference_findings(ks: Applied, objects: list[dict], cluster: _Cluster,
                 for ref_kind, name, where in _pod_refs(template):
                     if (ref_kind, name) in seen or cluster.has(ref_kind, ns, name):
                         continue
-                    if ref_kind == "Secret" and (ns, name) in external:
+                    if ref_kind == "Secret" and any(fnmatch.fnmatchcase(str(ns), n) and fnmatch.fnmatchcase(name, s)
+                                                    for n, s in external):
+                        continue
+                    if [ref_kind, name] in _data()["builtin_namespace_objects"]["objects"]:
                         continue
                     if ref_kind == "PersistentVolumeClaim" and any(
                             n == ns and name.startswith(f"{t}-") for n, t in cluster.claim_templates):
