@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from kubectl_triton.errors import RenderError, ToolMissing
-from kubectl_triton.gitops.inputs import build_inputs
+from kubectl_triton.gitops.inputs import Inputs, build_inputs
 
 # kustomize-controller builds with the repository root as the only boundary, so overlays may load
 # files from elsewhere in the repo (here: models/). The same flag makes local renders match Flux.
@@ -63,6 +63,7 @@ class RenderCache:
         self.hits = 0
         self.misses = 0
         self._digests: dict[Path, str] = {}
+        self.inputs: dict[Path, Inputs] = {}  # build inputs of each folder keyed this run (files read once)
 
     def _digest(self, path: Path) -> str:
         if path not in self._digests:
@@ -74,7 +75,7 @@ class RenderCache:
 
     def key(self, path: Path, command: Sequence[str]) -> str | None:
         """The content key of a build of `path`, or None when its inputs cannot all be known."""
-        inputs = build_inputs(path)
+        inputs = self.inputs[path] = build_inputs(path)
         if not inputs.complete:
             return None
         h = hashlib.sha256()

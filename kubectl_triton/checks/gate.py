@@ -141,7 +141,8 @@ def validate_repo(root: Path, options: Options | None = None,
         cache.prune()
     rendered = [t for t in targets if t.objects]
     # Per-folder checks run where the change can reach; cluster-wide checks always see every folder.
-    local = rendered if options.changed_from is None else _affected(root, rendered, options.changed_from)
+    local = rendered if options.changed_from is None else \
+        _affected(root, rendered, options.changed_from, cache.inputs if cache is not None else {})
     say("checking schemas")
     schema_findings = _schema_findings(local, options.kubernetes_version)
     findings += schema_findings
@@ -166,7 +167,7 @@ def validate_repo(root: Path, options: Options | None = None,
     return _dedupe(findings)
 
 
-def _affected(root: Path, rendered: list[Target], ref: str) -> list[Target]:
+def _affected(root: Path, rendered: list[Target], ref: str, known: dict[Path, inputs.Inputs]) -> list[Target]:
     """The rendered folders a change since `ref` can affect: those whose build inputs changed, the overlays of a
     changed model's folder, the paths of changed Flux files. A change outside overlays/, base/, models/ and
     clusters/ (the layout file, say) affects everything."""
@@ -182,7 +183,7 @@ def _affected(root: Path, rendered: list[Target], ref: str) -> list[Target]:
     out = []
     for target in rendered:
         parts = Path(target.rel).parts
-        found = inputs.build_inputs(target.path)
+        found = known.get(target.path) or inputs.build_inputs(target.path)
         if not found.complete or found.files & inside or target.path in flux_paths \
                 or (len(parts) > 1 and parts[0] == "overlays" and parts[1] in models):
             out.append(target)

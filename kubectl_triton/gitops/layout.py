@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from kubectl_triton.datafiles import data_text
 from kubectl_triton.errors import InputError
 
 
@@ -118,8 +118,7 @@ def read_cluster_provides(root: Path) -> ClusterProvides:
                           f"invalid YAML: {getattr(err, 'problem', None) or err}") from None
     if doc is None:
         return ClusterProvides(file=LAYOUT_FILE)
-    schema = json.loads(resources.files("kubectl_triton").joinpath("data", "layout.schema.json")
-                        .read_text(encoding="utf-8"))
+    schema = json.loads(data_text("layout.schema.json"))
     errors = sorted(jsonschema.Draft202012Validator(schema).iter_errors(doc), key=lambda e: list(e.absolute_path))
     if errors:
         first = errors[0]

@@ -16,12 +16,12 @@ from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from functools import cache
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from kubectl_triton.checks.findings import Finding
 from kubectl_triton.checks.registry import register
+from kubectl_triton.datafiles import data_text
 from kubectl_triton.formats.schemas import object_id
 from kubectl_triton.gitops import repo
 from kubectl_triton.gitops.layout import ClusterProvides
@@ -90,8 +90,7 @@ WORKLOADS = ("Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job", "Cro
 def _data() -> dict[str, Any]:
     import yaml
 
-    return yaml.safe_load(resources.files("kubectl_triton").joinpath("data", "chart_crds.yaml")
-                          .read_text(encoding="utf-8"))
+    return yaml.safe_load(data_text("chart_crds.yaml"))
 
 
 def chart_groups(chart: str) -> tuple[str, ...] | None:
