@@ -257,3 +257,18 @@ def test_initial_state_against_the_state(install, tmp_path: Path):
     repo = write_repo(tmp_path / "repo", {name: model(STATEFUL % case) for name, case in cases.items()})
     verdicts = assert_agree(install, repo, strict=True)
     assert {n for n, m in verdicts.items() if m is None} == {n for n in cases if n.startswith("ok")}
+
+
+def test_validate_takes_strictness_from_the_servers_arguments():
+    """validate checks each overlay's model repository the way its tritonserver runs: auto-complete off with
+    --disable-auto-complete-config (or the deprecated --strict-model-config=true), Triton's default otherwise."""
+    from kubectl_triton.checks.gate import strict_model_config
+
+    def deployment(*args: str) -> list[dict]:
+        return [{"kind": "Deployment", "spec": {"template": {"spec": {"containers": [
+            {"name": "tritonserver", "command": ["tritonserver"], "args": list(args)}]}}}}]
+
+    assert strict_model_config(deployment("--model-repository=/models", "--disable-auto-complete-config"))
+    assert strict_model_config(deployment("--strict-model-config=true"))
+    assert not strict_model_config(deployment("--strict-model-config=false"))
+    assert not strict_model_config(deployment("--model-repository=/models"))

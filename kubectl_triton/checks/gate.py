@@ -338,25 +338,29 @@ def _check_assembled(root: Path, target: Target, data: dict[str, str], dest: Pat
     return [_source_path(root, target, instance, dest, f) for f in found], facts
 
 
+STRICT_FLAG = "--disable-auto-complete-config"
+DEPRECATED_STRICT = "--strict-model"  # the flag it replaced (…-config=true), still honoured by tritonserver
+
+
 def strict_model_config(objects: list[dict]) -> bool:
-    """Does the overlay's tritonserver run with auto-complete disabled (--strict-model-config=true or
-    --disable-auto-complete-config)? Triton's default is auto-complete on."""
+    """Does the overlay's tritonserver run with auto-complete disabled (--disable-auto-complete-config, or its
+    deprecated predecessor set to true)? Triton's default is auto-complete on."""
     strict = False
     for obj in objects:
-        if obj.get("kind") != "Deployment":
+        if obj.get("kind") not in ("Deployment", "LeaderWorkerSet"):
             continue
-        pod = ((obj.get("spec") or {}).get("template") or {}).get("spec") or {}
-        for container in pod.get("containers") or []:
-            words = [str(w) for w in (container.get("command") or []) + (container.get("args") or [])]
-            if not any("tritonserver" in w for w in words):
-                continue
-            for i, word in enumerate(words):
-                flag, _, value = word.partition("=")
-                if flag == "--disable-auto-complete-config":
-                    strict = True
-                elif flag == "--strict-model-config":
-                    value = value or (words[i + 1] if i + 1 < len(words) else "true")
-                    strict = value.lower() in ("true", "1", "yes", "on")
+        for template in convergence.pod_templates(obj):
+            for container in (template.get("spec") or {}).get("containers") or []:
+                words = [str(w) for w in (container.get("command") or []) + (container.get("args") or [])]
+                if not any("tritonserver" in w for w in words):
+                    continue
+                for i, word in enumerate(words):
+                    flag, _, value = word.partition("=")
+                    if flag == STRICT_FLAG:
+                        strict = True
+                    elif flag.startswith(DEPRECATED_STRICT) and flag.endswith("-config"):
+                        value = value or (words[i + 1] if i + 1 < len(words) else "true")
+                        strict = value.lower() in ("true", "1", "yes", "on")
     return strict
 
 

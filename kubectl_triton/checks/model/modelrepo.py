@@ -85,7 +85,7 @@ def _unconfigured(model_dir: Path, root: Path, strict: bool) -> list[Finding]:
     if strict:
         return [MODEL_CONFIG_MISSING.finding(
             f"failed to open text file for read {rel}/{CONFIG}: No such file or directory{also}; the server runs "
-            "with auto-complete disabled (--strict-model-config=true), so every model folder needs its "
+            "with auto-complete disabled (--disable-auto-complete-config), so every model folder needs its "
             f"{CONFIG}", path=where, model=name)]
     folder = _folder(model_dir)
     by_file = table()["default_filenames"]
@@ -149,8 +149,8 @@ def check_repository(repo_dir: Path, *, display_root: Path | None = None,
                      known_models: set[str] | None = None, strict: bool = False) -> list[Finding]:
     """Every static rule over one model repository. `known_models` are names served from elsewhere
     (ensemble steps may use them); paths in findings are relative to `display_root` (default repo_dir).
-    `strict`: the server runs with auto-complete disabled (--strict-model-config=true or
-    --disable-auto-complete-config), as this repository's Deployments do; Triton's own default is auto-complete on."""
+    `strict`: the server runs with auto-complete disabled (--disable-auto-complete-config), as this repository's
+    Deployments do; Triton's own default is auto-complete on."""
     root = display_root or repo_dir
     models = _scan(repo_dir)
     findings: list[Finding] = []
