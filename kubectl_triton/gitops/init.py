@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from kubectl_triton import __version__
-from kubectl_triton.compat.catalog import GPU, gpus
+from kubectl_triton.compat.catalog import GPU, gpus, register
 from kubectl_triton.errors import InputError
+from kubectl_triton.formats.yamledit import edit_resources
 from kubectl_triton.formats.yamlio import load_all
 from kubectl_triton.gitops.model import (
     LAYOUT_FILE,
@@ -27,6 +28,7 @@ from kubectl_triton.gitops.model import (
     Repository,
     kustomization_file,
 )
+from kubectl_triton.gitops.scaffold import validate_name
 
 DEFAULT_CLUSTER = "production"
 WORKFLOW = ".github/workflows/kubectl-triton.yaml"
@@ -286,8 +288,6 @@ def _pick_cluster(root: Path, clusters: str, cluster: str | None) -> str:
     top = root / clusters
     names = sorted(p.name for p in top.iterdir() if p.is_dir()) if top.is_dir() else []
     if cluster is not None:
-        from kubectl_triton.gitops.scaffold import validate_name
-
         try:
             validate_name(cluster)
         except InputError:
@@ -349,8 +349,6 @@ def plan_init(root: Path, opts: InitOptions) -> InitPlan:
     if not root.is_dir():
         raise InputError(f"{root}: not a directory")
     layout, cluster, adopted, notes = detect(root, opts)
-    from kubectl_triton.compat.catalog import register
-
     register(layout.gpu_types)
     wanted = opts.gpus or tuple(gpus())
     for key in wanted:
@@ -394,13 +392,12 @@ def plan_init(root: Path, opts: InitOptions) -> InitPlan:
 def _append_to_cluster_list(root: Path, layout: Layout, cluster: str, proposed: dict[str, str],
                             out: InitPlan) -> None:
     """A cluster folder with its own kustomization.yaml lists what Flux applies: append the new Flux files."""
-    from kubectl_triton.formats.yamledit import edit_resources
-
     top = layout.cluster_dir(cluster)
     kfile = kustomization_file(root / top)
     if kfile is None:
         return  # Flux generates the list from every file of the folder
-    entries = [rel[len(top) + 1:] for rel in proposed if rel.startswith(f"{top}/") and rel.count("/") == top.count("/") + 1]
+    entries = [rel[len(top) + 1:] for rel in proposed
+               if rel.startswith(f"{top}/") and rel.count("/") == top.count("/") + 1]
     entries.append("models")
     rel = kfile.relative_to(root).as_posix()
     text = kfile.read_text(encoding="utf-8")

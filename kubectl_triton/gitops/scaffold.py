@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from kubectl_triton.errors import InputError
+from kubectl_triton.gitops.model import Layout, Repository
 
 BACKENDS = ("tensorrtllm", "onnxruntime", "pytorch", "tensorflow", "python", "ensemble")
 DATA_TYPES = ("BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64",
@@ -43,6 +44,7 @@ _PLAIN = re.compile(r"[A-Za-z0-9/._][A-Za-z0-9/._:@+\-]*")
 _YAML_WORDS = {"true", "false", "yes", "no", "on", "off", "null", "y", "n", "~"}
 
 TRITON_MODELS_ANNOTATION = "triton.kubectl.io/triton-models"
+DEFAULT_LAYOUT = Layout()  # the layout without a layout file
 
 
 # ---- options -------------------------------------------------------------------------------------
@@ -126,6 +128,7 @@ class RepoFacts:
     members: dict[str, Member] = field(default_factory=dict)  # step model spelling -> member
     model_files: tuple[str, ...] = ()  # existing files of this model (models/NAME, overlays/NAME, its Flux files)
     flux_entries: tuple[str, ...] = ()  # kustomization entries of this model's existing Flux files
+    layout: Layout = field(default_factory=Layout)  # namespace, Flux sourceRef and dependsOn names
 
 
 @dataclass(frozen=True)
@@ -730,8 +733,8 @@ def component_kustomization(opts: Options, model_files: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def serving_kustomization(opts: Options, gpu: str) -> str:
-    lines = ["apiVersion: kustomize.config.k8s.io/v1beta1", "kind: Kustomization", "namespace: triton",
+def serving_kustomization(opts: Options, gpu: str, layout: Layout = DEFAULT_LAYOUT) -> str:
+    lines = ["apiVersion: kustomize.config.k8s.io/v1beta1", "kind: Kustomization", f"namespace: {layout.namespace}",
              f"namePrefix: {opts.name}-", "labels:", "  - pairs:",
              "      app.kubernetes.io/name: triton-inference-server", f"      app.kubernetes.io/instance: {opts.name}",
              "    includeSelectors: true", "    fields:", "      - path: spec/selector/matchLabels",
@@ -748,9 +751,9 @@ def serving_kustomization(opts: Options, gpu: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def engine_build_kustomization(opts: Options, gpu: str) -> str:
+def engine_build_kustomization(opts: Options, gpu: str, layout: Layout = DEFAULT_LAYOUT) -> str:
     name = opts.name
-    lines = ["apiVersion: kustomize.config.k8s.io/v1beta1", "kind: Kustomization", "namespace: triton",
+    lines = ["apiVersion: kustomize.config.k8s.io/v1beta1", "kind: Kustomization", f"namespace: {layout.namespace}",
              f"namePrefix: {name}-{gpu}-", "labels:", "  - pairs:", f"      app.kubernetes.io/instance: {name}",
              "resources:", "  - ../../../base/engine-build", "components:", f"  - ../../gpus/{gpu}",
              "configMapGenerator:", "  - name: engine-build-model", "    files:",
@@ -767,15 +770,17 @@ def engine_build_kustomization(opts: Options, gpu: str) -> str:
 
 
 def flux_kustomization(name: str, path: str, *, timeout: str, depends: tuple[str, ...] = (),
-                       force: bool = False) -> str:
+                       force: bool = False, layout: Layout = DEFAULT_LAYOUT) -> str:
     lines = ["apiVersion: kustomize.toolkit.fluxcd.io/v1", "kind: Kustomization", "metadata:", f"  name: {name}",
              "  namespace: flux-system", "spec:", "  interval: 10m", "  retryInterval: 1m", f"  timeout: {timeout}",
              f"  path: ./{path}", "  prune: true", "  wait: true"]
     if force:
         lines += ["  # A Job's pod template is immutable: recreate it when the build options change.", "  force: true"]
-    lines += ["  dependsOn:", "    - name: infrastructure", "    - name: platform"]
-    lines += [f"    - name: {d}" for d in depends]
-    lines += ["  sourceRef:", "    kind: GitRepository", "    name: flux-system"]
+    needs = (*layout.depends_on, *depends)  # dependsOn and sourceRef: the layout file's names
+    lines += ["  dependsOn:", *(f"    - name: {d}" for d in needs)] if needs else []
+    lines += ["  sourceRef:", f"    kind: {layout.source_kind}", f"    name: {layout.source_name}"]
+    if layout.source_namespace != "flux-system":
+        lines.append(f"    namespace: {layout.source_namespace}")
     return "\n".join(lines) + "\n"
 
 
@@ -848,7 +853,7 @@ def render(opts: Options, facts: RepoFacts) -> dict[str, str]:
     flux_dir = f"clusters/{facts.cluster}/models"
     entries = []
     for index, gpu in enumerate(opts.gpus):
-        files[f"overlays/{name}/{gpu}/kustomization.yaml"] = serving_kustomization(opts, gpu)
+        files[f"overlays/{name}/{gpu}/kustomization.yaml"] = serving_kustomization(opts, gpu, facts.layout)
         if index:
             # One GPU type per model per cluster: the overlays render the same object names, so a second one
             # registered here would fight the first. Further --gpu overlays are for other clusters.
@@ -856,13 +861,15 @@ def render(opts: Options, facts: RepoFacts) -> dict[str, str]:
         depends: tuple[str, ...] = ()
         if opts.backend == "tensorrtllm":
             build = f"{name}-{gpu}-engine-build"
-            files[f"overlays/{name}/{gpu}-engine-build/kustomization.yaml"] = engine_build_kustomization(opts, gpu)
+            files[f"overlays/{name}/{gpu}-engine-build/kustomization.yaml"] = engine_build_kustomization(opts, gpu,
+                                                                                                         facts.layout)
             files[f"{flux_dir}/{build}.yaml"] = flux_kustomization(
-                build, f"overlays/{name}/{gpu}-engine-build", timeout="2h", force=True)
+                build, f"overlays/{name}/{gpu}-engine-build", timeout="2h", force=True, layout=facts.layout)
             entries.append(f"{build}.yaml")
             depends = (build,)
         files[f"{flux_dir}/{name}-{gpu}.yaml"] = flux_kustomization(
-            f"{name}-{gpu}", f"overlays/{name}/{gpu}", timeout="30m" if depends else "15m", depends=depends)
+            f"{name}-{gpu}", f"overlays/{name}/{gpu}", timeout="30m" if depends else "15m", depends=depends,
+            layout=facts.layout)
         entries.append(f"{name}-{gpu}.yaml")
     source = f"{flux_dir}/kustomization.yaml"
     stale = [e for e in facts.flux_entries if e not in entries]
@@ -980,7 +987,8 @@ def read_facts(root: Path, opts: Options, cluster: str | None) -> RepoFacts:
                 existing.append(rel)
     members = find_members(root, opts.steps, exclude=name) if opts.backend == "ensemble" else {}
     return RepoFacts(gpus=gpu_keys(root), cluster=cluster_name, cluster_kustomization=ktext, members=members,
-                     model_files=tuple(sorted(existing)), flux_entries=tuple(flux_entries))
+                     model_files=tuple(sorted(existing)), flux_entries=tuple(flux_entries),
+                     layout=Repository.at(root).layout)
 
 
 # ---- I/O: writing all or nothing --------------------------------------------------------------------
