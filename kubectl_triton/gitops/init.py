@@ -366,8 +366,11 @@ def plan_init(root: Path, opts: InitOptions) -> InitPlan:
     proposed.update(cluster_files(layout, cluster, infrastructure=not adopted and fresh_cluster))
     proposed[WORKFLOW] = workflow()
     out = InitPlan(layout, cluster, adopted, review=notes)
+    models_list = f"{layout.cluster_dir(cluster)}/models/kustomization.yaml"  # add-model appends to it
     for rel, text in proposed.items():
         path = root / rel
+        if rel == models_list and path.is_file():
+            continue
         if path.is_symlink() or path.exists():
             try:
                 same = path.is_file() and path.read_text(encoding="utf-8") == text
