@@ -257,7 +257,7 @@ def test_installed_wheel_without_extras_runs_init_to_render(fresh_venv, tmp_path
 
     pip = subprocess.run([str(fresh_venv / "python"), "-m", "pip", "list", "--format=json"], capture_output=True,
                          text=True, env=env, check=True)
-    installed = {p["name"].lower() for p in json.loads(pip.stdout)}
+    installed = {p["name"].lower().replace("_", "-") for p in json.loads(pip.stdout)}
     assert "kubectl-triton" in installed and not {"nvidia-pytriton", "pytest"} & installed
     for args in (["init", "--gpu", "l4", "--gpu", "h100-80gb"], ["validate"],
                  ["add-model", "resnet", *ONNX, "--gpu", "l4"],
