@@ -63,15 +63,14 @@ class Layout:
         if not path.is_file():
             return cls()
         docs = load_all(path)
-        doc = docs[0] if docs else {}
-        if doc is None:
-            doc = {}
+        doc = (docs[0] if docs else None) or {}  # an empty file: the defaults
         if not isinstance(doc, dict):
             raise InputError(f"{LAYOUT_FILE}: expected a mapping at the top level")
         _check_schema(doc)
         paths = _section(doc, "paths")
         flux = _section(doc, "flux")
-        source = flux.get("sourceRef") if isinstance(flux.get("sourceRef"), dict) else {}
+        ref = flux.get("sourceRef")
+        source: dict[str, Any] = ref if isinstance(ref, dict) else {}
         values: dict[str, Any] = {k: str(paths[k]).strip("/") for k in ("bases", "gpus", "overlays", "models",
                                                                          "clusters") if paths.get(k)}
         if doc.get("namespace"):
