@@ -98,6 +98,30 @@ def test_krew_manifest_template_is_complete_once_the_workflow_fills_it():
     for platform in spec["platforms"]:
         assert platform["bin"] == "kubectl-triton" and platform["sha256"] == "a" * 64
         assert platform["uri"].endswith(".tar.gz")
+        # krew-index refuses archives without the licence
+        assert {"from": "LICENSE", "to": "."} in platform["files"]
+
+
+def test_the_licence_is_apache_2_in_the_checkout_the_wheel_and_the_release_archive(wheel: Path):
+    text = (REPO / "LICENSE").read_text()
+    assert text.split()[:4] == ["Apache", "License", "Version", "2.0,"] and "END OF TERMS AND CONDITIONS" in text
+    assert "license = Apache-2.0" in (REPO / "setup.cfg").read_text()
+    names = zipfile.ZipFile(wheel).namelist()
+    [licence] = [n for n in names if n.endswith("LICENSE") and ".dist-info/" in n]
+    assert zipfile.ZipFile(wheel).read(licence).decode() == text
+    workflow = yaml.safe_load((REPO / ".github/workflows/release.yaml").read_text())
+    package = next(s["run"] for s in workflow["jobs"]["build"]["steps"] if s.get("name") == "Package for krew")
+    assert "kubectl-triton README.md LICENSE" in package
+
+
+def test_wheel_holds_what_init_writes(wheel: Path):
+    """`init` outside this checkout: the bases, the infrastructure, the CI workflow and the layout schema."""
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for rel in sorted(p.relative_to(REPO).as_posix() for p in (REPO / "base").rglob("*") if p.is_file()):
+        assert f"kubectl_triton/data/init/{rel}" in names, rel
+    for data in ("kubectl_triton/data/init/workflow.yaml", "kubectl_triton/data/kubectl-triton.schema.json",
+                 "kubectl_triton/data/init/infrastructure/kustomization.yaml"):
+        assert data in names, data
 
 
 def test_release_workflow_builds_fills_every_placeholder_and_publishes():

@@ -237,9 +237,10 @@ def fresh_venv(tmp_path_factory) -> Path:
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(out / "whl"), str(REPO)],
                    check=True, capture_output=True, cwd=out, timeout=300)
     [wheel] = (out / "whl").glob("kubectl_triton-*.whl")
-    subprocess.run([sys.executable, "-m", "venv", str(out / "venv")], check=True, timeout=120)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}  # not this checkout
+    subprocess.run([sys.executable, "-m", "venv", str(out / "venv")], check=True, timeout=120, env=env)
     proc = subprocess.run([str(out / "venv/bin/python"), "-m", "pip", "install", "-q", str(wheel)],
-                          capture_output=True, text=True, timeout=600)
+                          capture_output=True, text=True, timeout=600, env=env, cwd=out)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return out / "venv/bin"
 
