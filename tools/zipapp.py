@@ -1,0 +1,136 @@
+"""Build dist/kubectl-triton: one executable file that runs on every CPython minor version it was built for.
+
+Each interpreter given (python3.10 ... python3.13) installs the wheel with its dependencies into its own folder.
+Top-level entries (packages, modules, .dist-info) that are byte-identical for every version go into `common/`
+once; the others (compiled extensions: numpy, grpcio, ...) into `cp3XY/`. A stdlib-only `__main__.py` picks the
+running interpreter's folder, unpacks `common/` and that folder once into a cache (KUBECTL_TRITON_ROOT, default
+~/.cache/kubectl-triton/<build id>), and runs the plugin from there. Usage:
+
+    python tools/zipapp.py --wheel dist/kubectl_triton-X-py3-none-any.whl -p python3.10 -p python3.11 -o OUT
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+SKIP_TOP = {"bin", "pip", "setuptools", "_distutils_hack", "distutils-precedence.pth", "__pycache__"}
+
+LAUNCHER = '''\
+"""kubectl-triton launcher: unpack this file's site-packages for the running CPython once, then run the plugin."""
+import os
+import sys
+import zipfile
+
+BUILD = {build!r}
+TAGS = {tags!r}
+
+
+def main():
+    tag = "cp%d%d" % sys.version_info[:2]
+    if sys.implementation.name != "cpython" or tag not in TAGS:
+        versions = ", ".join("%s.%s" % (t[2], t[3:]) for t in TAGS)
+        sys.stderr.write("error: kubectl-triton needs CPython %s; this is %s %d.%d (or: pipx install kubectl-triton)\\n"
+                         % (versions, sys.implementation.name, sys.version_info[0], sys.version_info[1]))
+        sys.exit(2)
+    archive = os.path.abspath(sys.argv[0])
+    base = os.environ.get("KUBECTL_TRITON_ROOT") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "kubectl-triton")
+    dest = os.path.join(base, BUILD)
+    for part in ("common", tag):
+        target = os.path.join(dest, part)
+        if os.path.isdir(target):
+            continue
+        os.makedirs(dest, exist_ok=True)
+        staging = target + ".%d.tmp" % os.getpid()
+        with zipfile.ZipFile(archive) as zf:
+            for name in zf.namelist():
+                if name.startswith(part + "/"):
+                    zf.extract(name, staging)
+        try:
+            os.replace(os.path.join(staging, part), target)
+        except OSError:  # another run unpacked it first
+            pass
+        import shutil
+        shutil.rmtree(staging, ignore_errors=True)
+    sys.path[0:1] = [os.path.join(dest, tag), os.path.join(dest, "common")]
+    from kubectl_triton.cli import main as run
+    run()
+
+
+main()
+'''
+
+
+def install(python: str, wheel: Path, into: Path) -> str:
+    """Install `wheel` and its dependencies with `python` into `into`; returns its tag (cp311)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
+    tag = subprocess.run([python, "-c", "import sys; print('cp%d%d' % sys.version_info[:2])"], check=True,
+                         capture_output=True, text=True, env=env).stdout.strip()
+    subprocess.run([python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-compile",
+                    "--target", str(into / tag), str(wheel)], check=True, env=env)
+    return tag
+
+
+def digest(path: Path) -> str:
+    h = hashlib.sha256()
+    for p in sorted(path.rglob("*")) if path.is_dir() else [path]:
+        if p.is_file() and "__pycache__" not in p.parts:
+            h.update(p.relative_to(path).as_posix().encode() if path.is_dir() else b"")
+            h.update(p.read_bytes())
+    return h.hexdigest()
+
+
+def build(wheel: Path, pythons: list[str], out: Path) -> None:
+    with tempfile.TemporaryDirectory(prefix="kubectl-triton-dist-") as tmp:
+        root = Path(tmp)
+        tags = [install(py, wheel, root) for py in pythons]
+        if len(set(tags)) != len(tags):
+            sys.exit(f"error: the interpreters {pythons} are not distinct CPython versions ({tags})")
+        entries: dict[str, dict[str, str]] = {}
+        for tag in tags:
+            for entry in (root / tag).iterdir():
+                if entry.name not in SKIP_TOP:
+                    entries.setdefault(entry.name, {})[tag] = digest(entry)
+        build_id = hashlib.sha256(repr(sorted((k, sorted(v.items())) for k, v in entries.items())).encode())
+        out.parent.mkdir(parents=True, exist_ok=True)
+        staging = out.with_name(out.name + ".tmp")
+        with open(staging, "wb") as fh:
+            fh.write(b"#!/usr/bin/env python3\n")
+            with zipfile.ZipFile(fh, "w", zipfile.ZIP_DEFLATED, compresslevel=9) as zf:
+                zf.writestr("__main__.py", LAUNCHER.format(build=build_id.hexdigest()[:16], tags=tuple(tags)))
+                for name, by_tag in sorted(entries.items()):
+                    shared = len(by_tag) == len(tags) and len(set(by_tag.values())) == 1
+                    for tag in ([tags[0]] if shared else sorted(by_tag)):
+                        src = root / tag / name
+                        files = sorted(src.rglob("*")) if src.is_dir() else [src]
+                        for f in files:
+                            if f.is_file() and "__pycache__" not in f.parts:
+                                arc = f"{'common' if shared else tag}/{f.relative_to(root / tag).as_posix()}"
+                                info = zipfile.ZipInfo(arc, date_time=(1980, 1, 1, 0, 0, 0))
+                                info.external_attr = (f.stat().st_mode & 0o777 | 0o100000) << 16
+                                info.compress_type = zipfile.ZIP_DEFLATED
+                                zf.writestr(info, f.read_bytes(), compresslevel=9)
+        staging.chmod(0o755)
+        os.replace(staging, out)
+        shutil.rmtree(root / "unused", ignore_errors=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--wheel", type=Path, required=True)
+    parser.add_argument("-p", "--python", action="append", required=True, help="interpreter; repeat per version")
+    parser.add_argument("-o", "--output", type=Path, required=True)
+    args = parser.parse_args()
+    build(args.wheel, args.python, args.output)
+
+
+if __name__ == "__main__":
+    main()
