@@ -32,20 +32,20 @@ bench: install
 fuzz: install
 	KUBECTL_TRITON_FUZZ_EXAMPLES=10000 $(BIN)/python -m pytest -q tests -k fuzz -p no:cacheprovider
 
-# dist/kubectl-triton: one executable file (a shiv zip application holding the plugin and every dependency) for
-# krew and GitHub releases. It holds compiled wheels, so it runs on this OS/architecture with this Python minor
-# version: the interpreter line names it (python3.11 in releases). First run unpacks to ~/.shiv (SHIV_ROOT).
-PY_MINOR = $(shell $(BIN)/python -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")' 2>/dev/null)
-DIST_PYTHON ?= /usr/bin/env python$(PY_MINOR)
+# dist/kubectl-triton: one executable file for krew and GitHub releases that runs on every CPython minor version in
+# DIST_PYTHONS found on PATH (tools/zipapp.py: the pure-Python part once, compiled wheels per version, a stdlib
+# launcher that picks the running interpreter's). First run unpacks into ~/.cache/kubectl-triton (KUBECTL_TRITON_ROOT).
+DIST_PYTHONS ?= python3.10 python3.11 python3.12 python3.13
 dist: install
-	$(BIN)/python -m pip install --quiet -e '.[dist]'
-	rm -rf build dist/kubectl-triton dist/kubectl-triton.sha256
+	rm -rf build dist/kubectl-triton dist/kubectl-triton.sha256 dist/*.whl
 	mkdir -p dist
-	$(BIN)/shiv --compressed --reproducible -c kubectl-triton -p '$(DIST_PYTHON)' -o dist/kubectl-triton . --quiet
+	$(BIN)/python -m pip wheel --quiet --no-deps -w dist .
 	rm -rf build
+	$(BIN)/python tools/zipapp.py --wheel dist/kubectl_triton-*.whl \
+	  $(foreach py,$(DIST_PYTHONS),$(if $(shell $(py) -c 'print(1)' 2>/dev/null),-p $(py))) -o dist/kubectl-triton
 	$(BIN)/python -c 'import hashlib; print(hashlib.sha256(open("dist/kubectl-triton", "rb").read()).hexdigest(), \
 	  " kubectl-triton")' > dist/kubectl-triton.sha256
-	@echo "built: dist/kubectl-triton ($$(du -h dist/kubectl-triton | cut -f1), $(DIST_PYTHON))"
+	@echo "built: dist/kubectl-triton ($$(du -h dist/kubectl-triton | cut -f1))"
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .ruff_cache

@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -69,13 +68,13 @@ main()
 '''
 
 
-def install(python: str, wheel: Path, into: Path) -> str:
+def install(python: str, wheel: Path, into: Path, deps: bool = True) -> str:
     """Install `wheel` and its dependencies with `python` into `into`; returns its tag (cp311)."""
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
     tag = subprocess.run([python, "-c", "import sys; print('cp%d%d' % sys.version_info[:2])"], check=True,
                          capture_output=True, text=True, env=env).stdout.strip()
     subprocess.run([python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-compile",
-                    "--target", str(into / tag), str(wheel)], check=True, env=env)
+                    "--target", str(into / tag), *([] if deps else ["--no-deps"]), str(wheel)], check=True, env=env)
     return tag
 
 
@@ -88,10 +87,10 @@ def digest(path: Path) -> str:
     return h.hexdigest()
 
 
-def build(wheel: Path, pythons: list[str], out: Path) -> None:
+def build(wheel: Path, pythons: list[str], out: Path, deps: bool = True) -> None:
     with tempfile.TemporaryDirectory(prefix="kubectl-triton-dist-") as tmp:
         root = Path(tmp)
-        tags = [install(py, wheel, root) for py in pythons]
+        tags = [install(py, wheel, root, deps) for py in pythons]
         if len(set(tags)) != len(tags):
             sys.exit(f"error: the interpreters {pythons} are not distinct CPython versions ({tags})")
         entries: dict[str, dict[str, str]] = {}
@@ -120,7 +119,6 @@ def build(wheel: Path, pythons: list[str], out: Path) -> None:
                                 zf.writestr(info, f.read_bytes(), compresslevel=9)
         staging.chmod(0o755)
         os.replace(staging, out)
-        shutil.rmtree(root / "unused", ignore_errors=True)
 
 
 def main() -> None:
@@ -128,8 +126,9 @@ def main() -> None:
     parser.add_argument("--wheel", type=Path, required=True)
     parser.add_argument("-p", "--python", action="append", required=True, help="interpreter; repeat per version")
     parser.add_argument("-o", "--output", type=Path, required=True)
+    parser.add_argument("--no-deps", action="store_true", help="the plugin only (tests: dependencies on PYTHONPATH)")
     args = parser.parse_args()
-    build(args.wheel, args.python, args.output)
+    build(args.wheel, args.python, args.output, deps=not args.no_deps)
 
 
 if __name__ == "__main__":
