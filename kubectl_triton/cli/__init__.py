@@ -103,6 +103,10 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(err.exit_code)
     except click.exceptions.Exit as err:
         sys.exit(err.exit_code)
+    except ModuleNotFoundError as err:  # the single-file release leaves bench/tune's numpy and grpcio out
+        click.echo(f"error: this command needs the Python package {err.name}, which this installation lacks; "
+                   "install the plugin with pipx (pipx install kubectl-triton) or pip", err=True)
+        sys.exit(EXIT_USAGE)
     except (click.Abort, KeyboardInterrupt):
         click.echo("aborted", err=True)
         sys.exit(EXIT_INTERRUPTED)
