@@ -272,3 +272,17 @@ def test_installed_wheel_without_extras_runs_init_to_render(fresh_venv, tmp_path
     rendered = run("render", "--all")
     assert rendered.returncode == 0, rendered.stderr
     assert "kind: Deployment" in rendered.stdout and "resnet-triton" in rendered.stdout
+
+
+def test_the_layout_files_namespace_reaches_the_platform_and_the_overlays(run_cli, tmp_path):
+    (tmp_path / "kubectl-triton.yaml").write_text("namespace: inference\n")
+    assert run_cli("init", str(tmp_path), "--gpu", "l4").exit_code == 0
+    platform = yaml.safe_load((tmp_path / "base/platform/namespace.yaml").read_text())
+    assert platform["metadata"]["name"] == "inference"
+    assert "# Every pod here meets Pod Security Standards" in (tmp_path / "base/platform/namespace.yaml").read_text()
+    assert run_cli("add-model", "resnet", "--repo", str(tmp_path), *ONNX, "--gpu", "l4").exit_code == 0
+    rendered = run_cli("render", "--repo", str(tmp_path), str(tmp_path / "overlays/resnet/l4"))
+    namespaces = {d["metadata"].get("namespace") for d in yaml.safe_load_all(rendered.stdout) if d}
+    assert namespaces == {"inference"}
+    code, found = findings(run_cli, tmp_path)
+    assert code == 0 and not [f for f in found if f["severity"] == "error"], found

@@ -100,9 +100,27 @@ def _data_files(top: Any, prefix: str = "") -> Iterator[tuple[str, bytes]]:
 
 # ---- what init writes -------------------------------------------------------------------------------
 
+DEFAULT_NAMESPACE = "triton"  # the namespace the packaged platform base creates
+NAMESPACED = {"platform/namespace.yaml": ("metadata", "name"), "platform/persistentvolumeclaim.yaml": ("metadata",
+                                                                                                  "namespace")}
+
+
 def base_files(layout: Layout) -> dict[str, str]:
-    """The Triton, engine-build, platform and monitoring bases, as the package holds them."""
-    return {f"{layout.bases}/{rel}": data.decode("utf-8") for rel, data in _data_files(_data("base"))}
+    """The Triton, engine-build, platform and monitoring bases, as the package holds them; with another target
+    namespace in the layout file, the platform's Namespace and volume claim name it (round trip, comments kept)."""
+    out = {}
+    for rel, data in _data_files(_data("base")):
+        text = data.decode("utf-8")
+        if layout.namespace != DEFAULT_NAMESPACE and rel in NAMESPACED:
+            yaml = _yaml()
+            doc = yaml.load(text)
+            section, key = NAMESPACED[rel]
+            doc[section][key] = layout.namespace
+            buf = io.StringIO()
+            yaml.dump(doc, buf)
+            text = buf.getvalue()
+        out[f"{layout.bases}/{rel}"] = text
+    return out
 
 
 def gpu_component(gpu: GPU) -> dict[str, str]:

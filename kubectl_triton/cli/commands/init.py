@@ -8,6 +8,7 @@ import click
 
 from kubectl_triton.cli.commands._plan import apply_plan
 from kubectl_triton.gitops.init import InitOptions, plan_init
+from kubectl_triton.gitops.model import LAYOUT_FILE
 from kubectl_triton.gitops.scaffold import Plan
 
 
@@ -31,6 +32,7 @@ def command(directory: Path, gpus: tuple[str, ...], cluster: str | None, source:
 
     if not directory.is_dir():
         raise InputError(f"{directory}: no such directory")
+    had_layout = (directory / LAYOUT_FILE).is_file()
     todo = plan_init(directory, InitOptions(gpus=tuple(dict.fromkeys(gpus)), cluster=cluster, source=source))
     root = directory.resolve()
     if todo.files:
@@ -41,7 +43,8 @@ def command(directory: Path, gpus: tuple[str, ...], cluster: str | None, source:
         click.echo(f"kept {rel} (differs from what init writes; yours is left as it is)")
     if dry_run:
         return
-    click.echo(f"{'adopted' if todo.adopted else 'initialised'} {root} (cluster {todo.cluster}, Flux source "
+    verb = "updated" if had_layout else "adopted" if todo.adopted else "initialised"
+    click.echo(f"{verb} {root} (cluster {todo.cluster}, Flux source "
                f"{todo.layout.source}, models wait for: {', '.join(todo.layout.depends_on) or 'nothing'})", err=True)
     for note in todo.review:
         click.echo(f"review: {note}", err=True)
