@@ -4,9 +4,27 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: install test lint render bench fuzz dist clean
+.PHONY: install system-deps test lint render bench fuzz dist clean
 
-install: $(BIN)/kubectl-triton
+install: system-deps $(BIN)/kubectl-triton
+
+# Debian packages the tests run (CI is root on Debian): `prometheus` (prometheus and promtool: the Prometheus
+# end-to-end test and the promtool unit tests of base/monitoring/tests), mpirun (openmpi-bin) and `ip netns`
+# (iproute2) for the multi-node bootstrap test, ssh-keygen (openssh-client) for its key. A no-op when every command
+# is on PATH; else apt-get, as root or through sudo. Where that fails the tests that need them skip, except under
+# KUBECTL_TRITON_REQUIRE_SYSTEM_DEPS=1 (.ci/run), where this step fails.
+SYSTEM_DEPS := prometheus:prometheus promtool:prometheus mpirun:openmpi-bin ip:iproute2 ssh-keygen:openssh-client
+system-deps:
+	@missing=""; for dep in $(SYSTEM_DEPS); do command -v $${dep%%:*} >/dev/null 2>&1 || missing="$$missing $${dep#*:}"; \
+	done; [ -z "$$missing" ] && exit 0; \
+	missing=$$(echo $$missing | tr ' ' '\n' | sort -u | tr '\n' ' '); echo "installing Debian packages: $$missing"; \
+	sudo=""; [ "$$(id -u)" = 0 ] || sudo=sudo; \
+	if command -v apt-get >/dev/null 2>&1 && $$sudo apt-get update -qq && \
+	   $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; then \
+	  exit 0; \
+	fi; \
+	echo "warning: could not install $$missing; the tests that need them skip (they fail in CI)"; \
+	[ "$$KUBECTL_TRITON_REQUIRE_SYSTEM_DEPS" != 1 ]
 
 $(BIN)/kubectl-triton: setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,6 +39,7 @@ test: install
 
 lint: install
 	$(BIN)/ruff check kubectl_triton tests bench
+	$(BIN)/mypy
 
 render: install
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/kubectl-triton render --all

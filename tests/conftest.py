@@ -78,3 +78,14 @@ def install():
         return find_install()
     except ToolMissing as exc:
         pytest.skip(f"no tritonserver: {exc.message}")
+
+
+def pytest_terminal_summary(terminalreporter) -> None:  # noqa: ANN001 - pytest's hook signature
+    """Show the figures tests record with `record_property` (the status corpus agreement, fault cases) at the end
+    of `make test`, where a captured print would be hidden."""
+    reports = [rep for outcome in ("passed", "failed") for rep in terminalreporter.stats.get(outcome, [])]
+    rows = [(rep.nodeid, key, value) for rep in reports if rep.when == "call" for key, value in rep.user_properties]
+    if rows:
+        terminalreporter.section("recorded figures")
+        for nodeid, key, value in rows:
+            terminalreporter.line(f"{key} = {value}   ({nodeid})")

@@ -75,7 +75,7 @@ def test_invalid_names_are_refused_naming_the_rule(add, repo_copy, name, rule):
     (["--backend", "python", "--gpu", "l4", "--step", "classifier"], "--step: only for --backend ensemble"),
     (["--backend", "ensemble", "--gpu", "l4"], "an ensemble needs at least one step"),
     (["--backend", "ensemble", "--gpu", "l4", "--step", "nope"], "--step 'nope': unknown model"),
-    (["--backend", "ensemble", "--gpu", "l4", "--step", "ensemble"], "is an ensemble"),
+    (["--backend", "ensemble", "--gpu", "l4", "--step", "llama3-8b/ensemble"], "is an ensemble"),
     (["--backend", "ensemble", "--gpu", "l4", "--step", "classifier:pixels=x"], "has no input 'pixels'"),
     (["--backend", "ensemble", "--gpu", "l4", "--step", "classifier->out=x"], "has no output 'out'"),
     (["--backend", "ensemble", "--gpu", "l4", "--input", "IMG:UINT8:-1", "--step", "preprocessor"],

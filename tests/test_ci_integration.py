@@ -24,8 +24,8 @@ def test_hook_definitions_point_at_installed_entry_points():
     hooks = {h["id"]: h for h in yaml.safe_load((REPO / ".pre-commit-hooks.yaml").read_text())}
     assert hooks["kubectl-triton-validate"]["entry"] == "kubectl-triton validate"
     assert hooks["kubectl-triton-validate"]["pass_filenames"] is False
-    assert hooks["kubectl-triton-check-models"]["entry"] == "kubectl-triton-changed-models"
-    assert "kubectl-triton-changed-models = kubectl_triton.cli.precommit:entry" in (REPO / "setup.cfg").read_text()
+    assert hooks["kubectl-triton-check-models"]["entry"] == "triton-check-changed-models"
+    assert "triton-check-changed-models = kubectl_triton.cli.precommit:entry" in (REPO / "setup.cfg").read_text()
 
 
 def test_changed_models_hook_passes_clean_files_and_fails_broken_ones(tmp_path: Path, monkeypatch, capsys):

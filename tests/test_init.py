@@ -57,7 +57,7 @@ def test_init_in_an_empty_folder_reproduces_this_repositorys_bases_and_gpu_compo
     """One source of truth: base/ and overlays/gpus/ of this repository are `init`'s output, byte for byte."""
     result = run_cli("init", str(tmp_path), *(a for g in REPO_GPUS for a in ("--gpu", g)))
     assert result.exit_code == 0, result.stderr
-    for folder in ("base", "overlays/gpus"):
+    for folder in ("base", "overlays/gpus", "overlays/artifacts", "overlays/autoscaling"):
         assert tree(tmp_path / folder) == tree(REPO / folder), folder
 
 

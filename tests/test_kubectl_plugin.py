@@ -23,9 +23,11 @@ def _kubectl(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(["kubectl", *args], capture_output=True, text=True, env=env, timeout=60)
 
 
-def test_kubectl_plugin_list_finds_kubectl_triton():
+def test_kubectl_plugin_list_finds_kubectl_triton_and_nothing_else_of_ours():
     result = _kubectl("plugin", "list")
     assert str(BIN / "kubectl-triton") in result.stdout
+    ours = [line for line in result.stdout.splitlines() if line.startswith(str(BIN))]
+    assert ours == [str(BIN / "kubectl-triton")], "internal entry points must not look like kubectl plugins"
 
 
 def test_kubectl_triton_help_runs_through_kubectl():

@@ -64,7 +64,7 @@ def test_serving_overlay_follows_the_guides(rendered, overlay):
     pod = dep["spec"]["template"]["spec"]
     server = next(c for c in pod["containers"] if c["name"] == "tritonserver")
     assert re.fullmatch(r"nvcr\.io/nvidia/tritonserver:\d\d\.\d\d-[a-z0-9-]+", server["image"])
-    assert "--model-repository=/models" in server["args"] and "--strict-model-config=true" in server["args"]
+    assert "--model-repository=/models" in server["args"] and "--disable-auto-complete-config" in server["args"]
     assert server["startupProbe"]["httpGet"]["path"] == "/v2/health/ready"
     assert server["readinessProbe"]["httpGet"]["path"] == "/v2/health/ready"
     assert server["livenessProbe"]["httpGet"]["path"] == "/v2/health/live"
@@ -92,7 +92,7 @@ def test_serving_overlay_follows_the_guides(rendered, overlay):
     assert hpa["apiVersion"] == "autoscaling/v2"
     assert hpa["spec"]["scaleTargetRef"]["name"] == dep["metadata"]["name"]
     assert [m["type"] for m in hpa["spec"]["metrics"]] == ["Pods"]
-    assert hpa["spec"]["metrics"][0]["pods"]["metric"]["name"] == "avg_time_queue_us"
+    assert hpa["spec"]["metrics"][0]["pods"]["metric"]["name"] == "triton_queue_compute_ratio"
     assert hpa["spec"]["behavior"]["scaleUp"]["stabilizationWindowSeconds"] == 60
     assert hpa["spec"]["behavior"]["scaleDown"]["stabilizationWindowSeconds"] == 300
     sm = _by_kind(docs, "ServiceMonitor")
@@ -113,7 +113,7 @@ def test_flux_kustomizations_wait_and_outlast_the_progress_deadline(rendered):
     cluster = rendered["clusters/production"]
     flux = {o["metadata"]["name"]: o for o in cluster if o["kind"] == "Kustomization"}
     model_ks = [k for k in flux.values() if k["spec"]["path"].startswith("./overlays/")]
-    assert len(model_ks) == 5
+    assert len(model_ks) == 7
     for ks in model_ks:
         spec = ks["spec"]
         assert spec["prune"] and spec["wait"]
@@ -123,6 +123,9 @@ def test_flux_kustomizations_wait_and_outlast_the_progress_deadline(rendered):
             assert dep["spec"]["progressDeadlineSeconds"] < _seconds(spec["timeout"]), overlay
             probe = dep["spec"]["template"]["spec"]["containers"][0]["startupProbe"]
             assert probe["periodSeconds"] * probe["failureThreshold"] <= dep["spec"]["progressDeadlineSeconds"]
+        for group in (d for d in rendered[overlay] if d["kind"] == "LeaderWorkerSet"):  # multi-node: the leader
+            probe = group["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["spec"]["containers"][0]["startupProbe"]
+            assert probe["periodSeconds"] * probe["failureThreshold"] < _seconds(spec["timeout"]), overlay
     serving = flux["llama3-8b-h100-80gb"]
     assert {"name": "llama3-8b-h100-80gb-engine-build"} in serving["spec"]["dependsOn"]
 
@@ -144,9 +147,9 @@ def test_infrastructure_installs_gpu_operator_and_the_queue_time_metric():
     values = releases["gpu-operator"]["spec"]["values"]
     assert all(values[k]["enabled"] for k in ("driver", "toolkit", "devicePlugin", "dcgmExporter"))
     rule = releases["prometheus-adapter"]["spec"]["values"]["rules"]["custom"][0]
-    assert "nv_inference_queue_duration_us" in rule["metricsQuery"]
-    assert "nv_inference_request_success" in rule["metricsQuery"]
-    assert rule["name"]["as"] == "avg_time_queue_us"
+    assert "<<.Series>>" in rule["metricsQuery"] and rule["seriesQuery"].startswith("nv_inference_queue_duration_us{")
+    assert "nv_inference_compute_infer_duration_us" in rule["metricsQuery"]
+    assert rule["name"]["as"] == "triton_queue_compute_ratio"
     for d in docs:
         assert not schemas.validate_object(d)
 

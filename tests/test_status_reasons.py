@@ -270,12 +270,15 @@ def test_hpa_metric_unavailable_is_a_warning(run_cli, api):  # noqa: F811
     assert "avg_time_queue_us" in m["reasons"][0]["message"]
 
 
-def test_triton_unreachable_through_proxy_is_unknown(run_cli, api):  # noqa: F811
+def test_triton_unreachable_through_proxy_is_a_note_not_a_verdict(run_cli, api):  # noqa: F811
+    """A NetworkPolicy or CNI that keeps the API server from port 8000: the ready pod is Healthy, and one note
+    says what the probe would add and why it was skipped (issue 17: it used to be Unknown, exit 1)."""
     healthy_model(api.cluster, MODEL)  # no proxy target: the API server cannot reach the pod
     rc, doc = status(run_cli, api)
     m = only(doc)
-    assert rc == 1 and m["phase"] == "Unknown" and codes(m) == ["TritonNotReady"]
-    assert "connection refused" in m["reasons"][0]["message"]
+    assert rc == 0 and m["phase"] == "Healthy" and codes(m) == []
+    assert len(doc["notes"]) == 1 and "connection refused" in doc["notes"][0]
+    assert "NetworkPolicy" in doc["notes"][0]
 
 
 def test_healthy_without_probe(run_cli, api):  # noqa: F811

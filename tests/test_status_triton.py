@@ -110,7 +110,7 @@ def test_wait_turns_healthy_when_triton_is_ready(run_cli, api, servers):  # noqa
 
 def test_wait_asks_triton_again_until_it_answers(run_cli, api, servers, monkeypatch):  # noqa: F811
     """A pod reported ready before the proxy can reach Triton is probed again, not judged once."""
-    from kubectl_triton.cli.commands import status as status_cmd
+    from kubectl_triton.status import collect as status_cmd
 
     monkeypatch.setattr(status_cmd, "REPROBE_S", 0.5)
     ok, _ = servers
@@ -126,4 +126,4 @@ def test_wait_asks_triton_again_until_it_answers(run_cli, api, servers, monkeypa
     res = run_cli("status", "--kubeconfig", str(api.kubeconfig_path), "--wait", "--timeout", "20s", "-o", "json")
     assert res.exit_code == 0, res.stdout
     assert time.monotonic() - t < 5
-    assert api.cluster.count("list") == 5  # re-probing needs no new lists
+    assert api.cluster.count("list") == 6  # re-probing needs no new lists

@@ -74,7 +74,7 @@ def test_wait_fails_fast_on_engine_mismatch(run_cli, api):  # noqa: F811
     assert doc["models"][0]["phase"] == "Failed"
     assert doc["models"][0]["reasons"][0]["code"] == "EngineGPUMismatch"
     assert done - timeline.times[1] < 2.0  # verdict within 2 s of the crash, not at the progress deadline
-    assert api.cluster.count("list") == 5  # listed once; every later change came through watches
+    assert api.cluster.count("list") == 6  # listed once; every later change came through watches
     assert api.cluster.count("watch") >= 2
 
 
@@ -138,7 +138,7 @@ def test_watch_resumes_after_expired_resource_version(api):  # noqa: F811
     import queue
 
     from kubectl_triton.adapters import kube
-    from kubectl_triton.cli.commands.status import Collector, Informer
+    from kubectl_triton.status.collect import Collector, Informer
 
     rollout_start(api)
     client = kube.connect(str(api.kubeconfig_path))

@@ -42,10 +42,10 @@ def test_text_output_is_one_line_per_finding_with_a_summary(run_cli, repo_copy: 
     _edit(repo_copy / "base/triton/horizontalpodautoscaler.yaml", """    - type: Pods
       pods:
         metric:
-          name: avg_time_queue_us
+          name: triton_queue_compute_ratio
         target:
           type: AverageValue
-          averageValue: "50"
+          averageValue: "1"
 """, """    - type: Resource
       resource:
         name: cpu

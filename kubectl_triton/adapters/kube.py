@@ -15,7 +15,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 from urllib.parse import quote
 
 from kubectl_triton.errors import ClusterError
@@ -25,6 +25,7 @@ SA_NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespac
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 MAX_ATTEMPTS = 4
 REQUEST_TIMEOUT = (5.0, 30.0)  # connect, read (seconds)
+PAGE_SIZE = 500  # items per list page (limit/continue), as kubectl's --chunk-size
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,8 @@ RESOURCES: dict[str, Resource] = {
     "pods": Resource("pods", "", "v1"),
     "nodes": Resource("nodes", "", "v1", namespaced=False),
     "events": Resource("events", "", "v1"),
+    "events.k8s.io": Resource("events", "events.k8s.io", "v1"),
+    "jobs": Resource("jobs", "batch", "v1"),
     "deployments": Resource("deployments", "apps", "v1"),
     "horizontalpodautoscalers": Resource("horizontalpodautoscalers", "autoscaling", "v2"),
     "kustomizations": Resource("kustomizations", "kustomize.toolkit.fluxcd.io", "v1"),
@@ -161,27 +164,55 @@ class Kube:
             resp.release_conn()
 
     # -- helpers --------------------------------------------------------------------------------------
+    @overload
     def list(self, resource: str, namespace: str | None = None, *, label_selector: str | None = None,
-             field_selector: str | None = None, tolerate: tuple[int, ...] = ()) -> tuple[list[dict], str] | None:
+             field_selector: str | None = None, page_size: int | None = None) -> tuple[list[dict], str]: ...
+
+    @overload
+    def list(self, resource: str, namespace: str | None = None, *, label_selector: str | None = None,
+             field_selector: str | None = None, tolerate: tuple[int, ...],
+             page_size: int | None = None) -> tuple[list[dict], str] | None: ...
+
+    def list(self, resource: str, namespace: str | None = None, *, label_selector: str | None = None,
+             field_selector: str | None = None, tolerate: tuple[int, ...] = (),
+             page_size: int | None = None) -> tuple[list[dict], str] | None:
         """All objects of `resource` in `namespace` (ALL_NAMESPACES for every namespace), with the list's
-        resourceVersion (where a watch starts). An answer whose HTTP status is in `tolerate` (404: the API
-        is not served, e.g. a CRD not installed; 403: not allowed at this scope) gives None."""
+        resourceVersion (where a watch starts), read in pages of `page_size` (limit/continue; 0: one
+        request). An answer whose HTTP status is in `tolerate` (404: the API is not served, e.g. a CRD not
+        installed; 403: not allowed at this scope) gives None. A continue token that expired mid-way (410)
+        restarts the list once, unpaged, as kubectl does."""
         res = RESOURCES[resource]
         ns = namespace or self.namespace
-        query = _selectors(label_selector, field_selector)
-        resp = self._request(res.path(ns), query, verb="list", what=res.display, namespace=ns,
-                             raw_errors=bool(tolerate))
-        if isinstance(resp, HttpError):
-            if resp.status in tolerate:
-                return None
-            raise _translate_status(resp, "list", res.display, ns, self)
-        doc = self._json(resp, f"list {res.display} {_scope(ns)}")
-        kind = doc.get("kind", "List").removesuffix("List")
-        items = doc.get("items") or []
+        page_size = PAGE_SIZE if page_size is None else page_size
+        items: list[dict] = []
+        token, kind, rv = "", "List", ""
+        while True:
+            query = _selectors(label_selector, field_selector)
+            if page_size:
+                query.append(("limit", str(page_size)))
+            if token:
+                query.append(("continue", token))
+            resp = self._request(res.path(ns), query, verb="list", what=res.display, namespace=ns,
+                                 raw_errors=True)
+            if isinstance(resp, HttpError):
+                if resp.status == 410 and token and page_size:
+                    return self.list(resource, namespace, label_selector=label_selector,
+                                     field_selector=field_selector, tolerate=tolerate, page_size=0)
+                if resp.status in tolerate:
+                    return None
+                raise _translate_status(resp, "list", res.display, ns, self)
+            doc = self._json(resp, f"list {res.display} {_scope(ns)}")
+            kind = doc.get("kind", "List").removesuffix("List")
+            items += doc.get("items") or []
+            meta = doc.get("metadata") or {}
+            rv = meta.get("resourceVersion", "") or rv
+            token = meta.get("continue") or ""
+            if not token:
+                break
         for item in items:  # lists omit kind/apiVersion on items; restore them
             item.setdefault("kind", kind)
             item.setdefault("apiVersion", res.api_version)
-        return items, (doc.get("metadata") or {}).get("resourceVersion", "")
+        return items, rv
 
     def get(self, resource: str, name: str, namespace: str | None = None) -> dict | None:
         """One object, or None when it does not exist."""
@@ -348,7 +379,7 @@ def _retry_delay(err: Any, attempt: int) -> float:
     """Retry-After when the server sends one (capped), else exponential backoff from 0.2 s."""
     headers = getattr(err, "headers", None) or {}
     try:
-        return min(float(headers.get("Retry-After")), 5.0)
+        return min(float(headers.get("Retry-After", "")), 5.0)
     except (TypeError, ValueError):
         return 0.2 * 2 ** (attempt - 1)
 

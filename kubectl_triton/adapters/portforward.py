@@ -149,9 +149,9 @@ class Forwarder:
         threading.Thread(target=pump, args=(remote, conn), daemon=True).start()
         threading.Thread(target=pump, args=(conn, remote), daemon=True).start()
         done.wait()
-        err = pf.error(self.port)
-        if err:
-            self.last_error = err.strip()
+        failure = pf.error(self.port)
+        if failure:
+            self.last_error = failure.strip()
         for s in (conn, remote):
             with contextlib.suppress(OSError):
                 s.shutdown(socket.SHUT_RDWR)

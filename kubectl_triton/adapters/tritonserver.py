@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import ctypes
 import importlib.util
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -138,8 +140,6 @@ def _parent_death_signal() -> Callable[[], None] | None:
     (Linux prctl PR_SET_PDEATHSIG), so a killed test run leaves no orphaned servers."""
     if not sys.platform.startswith("linux"):
         return None
-    import ctypes
-
     try:
         prctl = ctypes.CDLL(None, use_errno=True).prctl
     except (OSError, AttributeError):
@@ -359,8 +359,6 @@ _NOISE = ("failed to load all models", "CudaDriverHelper", "Failed to initialize
 
 def error_messages(log: str) -> list[str]:
     """The messages of every error line (`E…] "message"`) in a tritonserver log, in order."""
-    import re
-
     pat = re.compile(r'^E\d{4} [\d:.]+\s+\d+ [^\]]+\] "?(.*?)"?$')
     out = []
     for line in log.splitlines():
@@ -374,8 +372,6 @@ def log_error_for(log: str, model: str) -> str | None:
     """Triton's own load-failure message for `model` from the server log, if any: a
     `failed to load 'M'` or `Poll failed for model directory 'M'` line, else the first error line
     that names the model as a whole word (ensemble validation errors name it that way)."""
-    import re
-
     name = re.escape(model)
     direct = (re.compile(r"failed to load '" + name + r"'(?: version \d+)?: (.*)$"),
               re.compile(r"Poll failed for model directory '" + name + r"': (.*)$"))

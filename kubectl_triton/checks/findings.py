@@ -4,16 +4,19 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
+from typing import Final, Literal
 
-ERROR = "error"
-WARNING = "warning"
+Severity = Literal["error", "warning", "info"]
+ERROR: Final = "error"
+WARNING: Final = "warning"
+INFO: Final = "info"
 
 
 @dataclass(frozen=True)
 class Finding:
     """One problem found. `path` is relative to the directory the user named."""
 
-    severity: str
+    severity: Severity
     code: str
     message: str
     path: str | None = None

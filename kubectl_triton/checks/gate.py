@@ -15,11 +15,12 @@ from typing import Any
 
 from kubectl_triton.adapters import kustomize
 from kubectl_triton.checks.findings import Finding
-from kubectl_triton.checks.manifests import enginebuild, routes, security
+from kubectl_triton.checks.manifests import enginebuild, monitoring, multinode, routes, security
 from kubectl_triton.checks.registry import register
 from kubectl_triton.errors import RenderError, TritonCtlError
 from kubectl_triton.formats import schemas, yamlio
 from kubectl_triton.gitops import assembly, repo
+from kubectl_triton.gitops.labels import INSTANCE_LABEL
 from kubectl_triton.gitops.model import Layout
 
 RENDER_FAILED = register("RenderFailed", "error", "overlay",
@@ -52,7 +53,6 @@ COMPAT_INPUT = register("CompatInputInvalid", "error", "repository",
                         "an engine record or model metadata that the compat checks cannot read",
                         "fix or re-record the file named (kubectl triton record-engine)")
 
-INSTANCE_LABEL = "app.kubernetes.io/instance"
 
 
 @dataclass
@@ -105,7 +105,7 @@ def validate_repo(root: Path, options: Options | None = None,
     findings += _model_findings(root, rendered, options)
     if options.compat:
         findings += _compat_findings(root, rendered)
-    for repo_check in (enginebuild.check, security.check, routes.check):
+    for repo_check in (enginebuild.check, security.check, routes.check, monitoring.check, multinode.check):
         findings += repo_check(root, rendered)
     return _dedupe(findings)
 
@@ -129,7 +129,7 @@ def _targets(root: Path, findings: list[Finding]) -> list[Target]:
     for ks in repo.flux_kustomizations(root):
         rel_file = repo.relative(root, ks.file)
         where = f"Kustomization/{ks.namespace}/{ks.name}"
-        spec = ks.obj.get("spec") if isinstance(ks.obj.get("spec"), dict) else {}
+        spec = ks.spec
         depends = spec.get("dependsOn") or []
         if not isinstance(depends, list) or not all(isinstance(d, dict) for d in depends):
             findings.append(FLUX_DEPENDENCY.finding("dependsOn must be a list of {name, namespace} "

@@ -12,9 +12,8 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
-from kubectl_triton.checks.findings import Finding
+from kubectl_triton.checks.findings import Finding, Severity
 
-Severity = Literal["error", "warning", "info"]
 Scope = Literal["model", "overlay", "cluster", "repository"]
 SEVERITIES: tuple[str, ...] = ("error", "warning", "info")
 SCOPES: tuple[str, ...] = ("model", "overlay", "cluster", "repository")
@@ -32,6 +31,8 @@ CHECK_MODULES: tuple[str, ...] = (
     "kubectl_triton.checks.manifests.practices",
     "kubectl_triton.checks.manifests.routes",
     "kubectl_triton.checks.manifests.enginebuild",
+    "kubectl_triton.checks.manifests.monitoring",
+    "kubectl_triton.checks.manifests.multinode",
     "kubectl_triton.compat.repo_check",
 )
 

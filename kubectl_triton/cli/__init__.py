@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> None:
         _closed_stdout()
     except SystemExit as exc:
         # click answers EPIPE with exit 1 after wrapping stdout; a reader that stopped reading is no failure
-        if type(sys.stdout).__name__ == "PacifyFlushWrapper":
+        if type(sys.stdout).__name__.lstrip("_") == "PacifyFlushWrapper":
             _closed_stdout()
         raise exc
     sys.exit(code if isinstance(code, int) else 0)

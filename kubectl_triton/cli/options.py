@@ -77,9 +77,12 @@ def _group_value(ctx: click.Context, key: str) -> Any:
 
 
 class Duration(click.ParamType):
-    """`30s`, `500ms`, `5m`, `1h30m` or plain seconds; positive."""
+    """`30s`, `500ms`, `5m`, `1h30m` or plain seconds; positive (or zero, when `allow_zero`)."""
 
     name = "duration"
+
+    def __init__(self, allow_zero: bool = False) -> None:
+        self.allow_zero = allow_zero
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
         if isinstance(value, (int, float)):
@@ -88,9 +91,10 @@ class Duration(click.ParamType):
             seconds = parse_duration(str(value))
         if seconds is None:
             self.fail(f"{value!r} is not a duration (e.g. 30s, 500ms, 5m, 1h)", param, ctx)
-        if seconds <= 0:
+        if seconds < 0 or (seconds == 0 and not self.allow_zero):
             self.fail("must be positive", param, ctx)
         return seconds
 
 
 DURATION = Duration()
+GRACE = Duration(allow_zero=True)  # a grace period may be zero

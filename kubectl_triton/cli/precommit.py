@@ -11,7 +11,7 @@ from kubectl_triton.output.findings import emit
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`kubectl-triton-changed-models FILE...`: exit 0 clean, 1 findings, 2 unreadable input."""
+    """`triton-check-changed-models FILE...`: exit 0 clean, 1 findings, 2 unreadable input."""
     from kubectl_triton.checks.model.modelrepo import check_repository
 
     files = [Path(a) for a in (sys.argv[1:] if argv is None else argv)]

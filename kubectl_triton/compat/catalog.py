@@ -20,7 +20,7 @@ class GPU:
     memory_mib: int
     family: str
     name: str = ""  # what people call it ("NVIDIA L4 24 GB"); the header comment of its GPU Component
-    gpus_per_node: int | None = None  # declared for a repository's own GPU types (kubectl-triton.yaml)
+    gpus_per_node: int | None = None  # GPUs of the usual server (HGX baseboard: 8); None where servers vary
 
     @property
     def label(self) -> str:
@@ -48,7 +48,8 @@ def bundled() -> dict[str, GPU]:
                        smi_names=tuple(entry["smi_names"]),
                        compute_capability=str(entry["compute_capability"]),
                        memory_mib=int(entry["memory_mib"]), family=str(entry["family"]),
-                       name=str(entry.get("name") or entry["gfd_products"][0]))
+                       name=str(entry.get("name") or entry["gfd_products"][0]),
+                       gpus_per_node=int(entry["gpus_per_node"]) if entry.get("gpus_per_node") else None)
     return out
 
 

@@ -4,7 +4,7 @@ the build-info.json the engine-build Job writes. Pure parsers plus one thin dire
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -141,8 +141,9 @@ def _parse_current(doc: dict[str, Any], source: str) -> EngineInfo:
     head_size = _int(pre.get("head_size")) or (hidden // heads if hidden and heads else None)
     max_input = _int(build.get("max_input_len"))
     max_seq = _int(build.get("max_seq_len"))
-    if max_seq is None and max_input is not None and _int(build.get("max_output_len")) is not None:
-        max_seq = max_input + _int(build.get("max_output_len"))  # 0.8-0.10 wrote max_output_len
+    max_output = _int(build.get("max_output_len"))
+    if max_seq is None and max_input is not None and max_output is not None:
+        max_seq = max_input + max_output  # 0.8-0.10 wrote max_output_len
     auto = _obj(build, "auto_parallel_config", source, "build_config.")
     return EngineInfo(
         source=source, format="current", version=_none_if_null(doc.get("version")),
@@ -175,7 +176,7 @@ def legacy_quant(quant_mode: int, int8: bool = False) -> tuple[str | None, str |
     elif has("INT8_WEIGHTS"):
         algo = "W8A16"
     else:
-        algo = "W8A8_SQ_PER_CHANNEL" if int8 else None
+        return ("W8A8_SQ_PER_CHANNEL" if int8 else None), kv
     return algo, kv
 
 
@@ -241,8 +242,6 @@ def rank_files(directory: Path) -> dict[int, Path]:
 
 def read_engine_dir(directory: Path) -> EngineInfo:
     """Read an engine directory (or a metadata-only copy of one) into an EngineInfo."""
-    from dataclasses import replace
-
     if not directory.is_dir():
         raise InputError(f"{directory}: not a directory")
     config = directory / CONFIG

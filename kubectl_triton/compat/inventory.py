@@ -49,6 +49,7 @@ class OverlayFit:
     nodes_that_fit: int          # schedulable nodes it selects with allocatable >= gpus per pod
     nodes_free_now: int          # ... that have that many GPUs free now
     reason: str
+    group_size: int = 1          # pods of a LeaderWorkerSet group, each on its own node
 
 
 def _count(value: Any) -> int:
@@ -108,8 +109,16 @@ def inventory(nodes: Iterable[dict], pods: Iterable[dict], overlays: Iterable[Pl
         selected = [n for n in per_node if n.schedulable and _selects(o.labels, n.product)]
         fit = [n for n in selected if n.allocatable >= max(need, 1)]
         free = [n for n in fit if n.free >= need]
+        size = o.group_size
         if not selected:
             reason = "no schedulable node with " + (", ".join(sorted(o.labels)) if o.labels else "a GPU")
+        elif size > 1 and fit:
+            # A LeaderWorkerSet group: all its pods run at once, one per node (each asks for a node's GPUs).
+            reason = (f"group of {size} pods x {need} GPU(s): {len(fit)} node(s) can host a pod, "
+                      f"{len(free)} with {need} free now; " +
+                      ("the whole group fits now" if len(free) >= size else
+                       f"the group needs {size}" if len(fit) >= size else
+                       f"the group can never start: it needs {size}"))
         elif not fit:
             reason = f"selected nodes have at most {max(n.allocatable for n in selected)} GPU(s); pod needs {need}"
         elif not free:
@@ -117,7 +126,7 @@ def inventory(nodes: Iterable[dict], pods: Iterable[dict], overlays: Iterable[Pl
         else:
             reason = f"{len(free)} node(s) have {need} GPU(s) free"
         fits.append(OverlayFit(overlay=o.overlay, model=o.model, gpus_per_pod=o.gpus_per_pod,
-                               nodes_that_fit=len(fit), nodes_free_now=len(free), reason=reason))
+                               nodes_that_fit=len(fit), nodes_free_now=len(free), reason=reason, group_size=size))
     return rows, fits
 
 

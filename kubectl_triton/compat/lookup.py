@@ -28,11 +28,11 @@ def lookup(gpu_name: str, compute_capability: str | None = None,
                  "family": gpu.family if gpu else None}
     if compute_capability is not None:
         out["compute_capability"] = compute_capability
-        out["compute_capability_matches"] = bool(gpu) and cc_tuple(compute_capability) == cc_tuple(
+        out["compute_capability_matches"] = gpu is not None and cc_tuple(compute_capability) == cc_tuple(
             gpu.compute_capability)
     if memory_mib is not None:
         out["gpu_memory_mib"] = memory_mib
-        out["memory_matches"] = bool(gpu) and gpu.memory_mib == memory_mib
+        out["memory_matches"] = gpu is not None and gpu.memory_mib == memory_mib
     out["found"] = gpu is not None
     return out
 

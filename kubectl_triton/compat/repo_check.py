@@ -8,15 +8,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kubectl_triton.checks.findings import Finding
+from kubectl_triton.adapters import kustomize
+from kubectl_triton.checks.findings import Finding, Severity
 from kubectl_triton.checks.registry import register
 from kubectl_triton.compat.catalog import GPU, by_gfd_label, gpus, resolve, strip_gfd_suffix
 from kubectl_triton.compat.engine import CONFIG, EngineInfo, read_engine_dir
 from kubectl_triton.compat.rules import WARNING, Reason, Result, Target, evaluate, make_result, target_reasons
 from kubectl_triton.errors import InputError, RenderError
+from kubectl_triton.formats import pbtxt
+from kubectl_triton.formats.yamlio import load_all, loads_all
+from kubectl_triton.gitops import repo
+from kubectl_triton.gitops.labels import INSTANCE_LABEL, PRODUCT_LABEL
 
 # The compat rules' reason codes as registered checks (severity: the worst a rule reports; rules may grade lower).
-CHECKS = {code: register(code, sev, "overlay", desc, fix) for code, sev, desc, fix in (
+_DECLARED: tuple[tuple[str, Severity, str, str], ...] = (
     ("ArchMismatch", "error", "the engine was built for another compute capability than the overlay's GPU",
      "build the engine on (or for) the GPU type that serves it"),
     ("PrecisionUnsupported", "error", "the engine's precision needs a GPU feature the target lacks (FP8, FP4, BF16)",
@@ -42,12 +47,11 @@ CHECKS = {code: register(code, sev, "overlay", desc, fix) for code, sev, desc, f
      "use a known NGC tritonserver tag, or add it to the table"),
     ("EngineNotRecorded", "warning", "no engine metadata is recorded for the model, so nothing is compared",
      "kubectl triton record-engine after the engine build"),
-)}
+)
+CHECKS = {code: register(code, sev, "overlay", desc, fix) for code, sev, desc, fix in _DECLARED}
 
 
-PRODUCT_LABEL = "nvidia.com/gpu.product"
 GPU_RESOURCE = "nvidia.com/gpu"
-INSTANCE_LABEL = "app.kubernetes.io/instance"
 SERVER_CONTAINER = "tritonserver"
 ENGINE_MODEL = "tensorrt_llm"
 
@@ -62,6 +66,7 @@ class Placement:
     labels: frozenset[str] | None      # admitted GFD product labels; None = any node
     image: str | None
     gpus_per_pod: int | None
+    group_size: int = 1                # pods per LeaderWorkerSet group (a multi-node model); 1 for a Deployment
 
 
 @dataclass(frozen=True)
@@ -95,7 +100,7 @@ def admitted_labels(pod_spec: dict[str, Any]) -> frozenset[str] | None:
                 if expr.get("operator") == "In":
                     values = {str(v) for v in expr.get("values") or []}
                     term_set = values if term_set is None else term_set & values
-            if term_set is None:
+            if term_set is None or union is None:
                 union = None
                 break
             union |= term_set
@@ -117,13 +122,21 @@ def _gpu_count(container: dict[str, Any]) -> int | None:
 
 
 def placements(docs: Iterable[Any], overlay: str) -> list[Placement]:
-    """Placements of the Deployments (labelled with a model instance) among rendered objects."""
+    """Placements of the Deployments and LeaderWorkerSet groups (their leader template; every pod of a group asks
+    for the same GPUs) labelled with a model instance among rendered objects."""
     out = []
     for doc in docs:
-        if not isinstance(doc, dict) or doc.get("kind") != "Deployment":
+        if not isinstance(doc, dict) or doc.get("kind") not in ("Deployment", "LeaderWorkerSet"):
             continue
         meta = doc.get("metadata") or {}
-        template = ((doc.get("spec") or {}).get("template") or {})
+        group = 1
+        if doc["kind"] == "LeaderWorkerSet":
+            lwt = (doc.get("spec") or {}).get("leaderWorkerTemplate") or {}
+            template = lwt.get("leaderTemplate") or lwt.get("workerTemplate") or {}
+            size = lwt.get("size")
+            group = size if isinstance(size, int) and size > 0 else 1
+        else:
+            template = ((doc.get("spec") or {}).get("template") or {})
         labels = {**(meta.get("labels") or {}), **((template.get("metadata") or {}).get("labels") or {})}
         model = labels.get(INSTANCE_LABEL)
         if not model:
@@ -134,7 +147,7 @@ def placements(docs: Iterable[Any], overlay: str) -> list[Placement]:
         counts = [n for c in ([server] if server else containers) if (n := _gpu_count(c)) is not None]
         out.append(Placement(model=str(model), deployment=str(meta.get("name", "")), overlay=overlay,
                              labels=admitted_labels(pod), image=(server or {}).get("image"),
-                             gpus_per_pod=sum(counts) if counts else None))
+                             gpus_per_pod=sum(counts) if counts else None, group_size=group))
     return out
 
 
@@ -243,9 +256,6 @@ def check_metadata(meta: Any, path: Path) -> None:
 
 def load_model(root: Path, directory: Path) -> ModelInfo:
     """Read models/<name>/: model.yaml, engines/<gpu>/ metadata, the tensorrt_llm config.pbtxt."""
-    from kubectl_triton.formats import pbtxt
-    from kubectl_triton.formats.yamlio import load_all
-
     meta: dict[str, Any] = {}
     if (directory / "model.yaml").is_file():
         docs = load_all(directory / "model.yaml")
@@ -276,7 +286,7 @@ def load_model(root: Path, directory: Path) -> ModelInfo:
 
 def load_models(root: Path) -> dict[str, ModelInfo]:
     """TensorRT-LLM models of the repo (backend tensorrtllm, or with recorded engines), by name."""
-    out = {}
+    out: dict[str, ModelInfo] = {}
     top = root / "models"
     if not top.is_dir():
         return out
@@ -290,10 +300,6 @@ def load_models(root: Path) -> dict[str, ModelInfo]:
 def render_placements(root: Path, rendered: Iterable[Any] | None = None
                       ) -> tuple[list[Placement], list[RenderError]]:
     """Placements from every overlay (rendered now with kustomize unless `rendered` is given)."""
-    from kubectl_triton.adapters import kustomize
-    from kubectl_triton.formats.yamlio import loads_all
-    from kubectl_triton.gitops import repo
-
     results = list(rendered) if rendered is not None else kustomize.build_many(repo.overlays(root))
     found, failures = [], []
     for r in results:
@@ -321,8 +327,8 @@ def matrix(root: Path, *, model: str | None = None, gpu: str | None = None,
     covered: set[str] = set()
     for p in found:
         info = models.get(p.model)
-        if info is None or (model and p.model != model):
-            continue
+        if info is None or (model and p.model != model) or p.group_size > 1:
+            continue  # groups (multi-node models) are checked by checks/manifests/multinode.py
         target = target_for(p, info)
         if want_gpu and want_gpu.key not in {g.key for g in target.gpus}:
             continue

@@ -10,12 +10,15 @@ import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Final
 
+from kubectl_triton.checks.findings import Severity
 from kubectl_triton.compat.catalog import GPU, by_smi_name, cc_tuple
 from kubectl_triton.compat.data import load
 from kubectl_triton.compat.engine import EngineInfo
 
-ERROR, WARNING = "error", "warning"
+ERROR: Final = "error"
+WARNING: Final = "warning"
 
 # Every code this module can emit (stable: documented, used by tests and `validate`).
 CODES = ("ArchMismatch", "PrecisionUnsupported", "GPUCountMismatch", "VersionMismatch",
@@ -27,7 +30,7 @@ MIB = 1024 * 1024
 @dataclass(frozen=True)
 class Reason:
     code: str
-    severity: str
+    severity: Severity
     message: str
 
     def as_dict(self) -> dict:
@@ -132,13 +135,13 @@ def _support(table: dict, name: str | None, gpu: GPU, what: str) -> Reason | Non
     entry = table.get(name) or table.get(name.upper()) or table.get(name.lower())
     if entry is None:
         return None
-    have = cc_tuple(_cc(gpu))
+    have = cc_tuple(_cc(gpu)) or (0, 0)
     label = entry.get("label", name)
-    if "min" in entry and have < cc_tuple(str(entry["min"])):
+    if "min" in entry and have < (cc_tuple(str(entry["min"])) or (0, 0)):
         return Reason("PrecisionUnsupported", ERROR,
                       f"{what} {label} needs compute capability >= {entry['min']}; "
                       f"{gpu.key} has {_cc(gpu)}")
-    if "below" in entry and have >= cc_tuple(str(entry["below"])):
+    if "below" in entry and have >= (cc_tuple(str(entry["below"])) or (99, 0)):
         return Reason("PrecisionUnsupported", ERROR,
                       f"{what} {label} is not supported on compute capability >= {entry['below']}; "
                       f"{gpu.key} has {_cc(gpu)}")

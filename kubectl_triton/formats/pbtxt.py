@@ -1,11 +1,14 @@
-"""config.pbtxt through Triton's own protobuf schema (tritonclient's model_config_pb2)."""
+"""config.pbtxt through Triton's own protobuf schema (tritonclient's model_config_pb2), and the one span editor
+that changes some top-level fields of a config.pbtxt text while keeping every other byte (comments included)."""
 
 from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import sys
 import tempfile
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from types import ModuleType
@@ -92,3 +95,236 @@ def write_atomic(path: Path, text: str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+# ---- the span editor: change some top-level fields of a config.pbtxt, keep every other byte -----------------
+
+_TOKEN = re.compile(r"""\s+|\#[^\n]*|"(?:[^"\\\n]|\\.)*"|'(?:[^'\\\n]|\\.)*'|[A-Za-z_][\w.]*|[-+]?[\w.+-]+|.""")
+_OPEN, _CLOSE = "{[<", "}]>"
+
+
+@dataclass(frozen=True)
+class FieldSpan:
+    """Where one top-level field of a pbtxt text is: `start` at its name, `end` past its value, `stop` past
+    a `,` or `;` that follows it."""
+
+    name: str
+    start: int
+    end: int
+    stop: int
+
+
+def top_level_fields(text: str) -> list[FieldSpan]:
+    """Every top-level field of a pbtxt text, in order (comments and strings are skipped as tokens)."""
+    sig = [(m.start(), m.end(), m.group()) for m in _TOKEN.finditer(text)
+           if not m.group().isspace() and not m.group().startswith("#")]
+    out: list[FieldSpan] = []
+    i = 0
+    while i < len(sig):
+        start, _, name = sig[i]
+        if not re.fullmatch(r"[A-Za-z_][\w.]*", name):
+            i += 1  # not a field name: stray token, skip it
+            continue
+        j = i + 1
+        if j < len(sig) and sig[j][2] == ":":
+            j += 1
+        if j >= len(sig):
+            break
+        if sig[j][2] in _OPEN:
+            depth, k = 0, j
+            while k < len(sig):
+                tok = sig[k][2]
+                depth += tok in _OPEN and len(tok) == 1
+                depth -= tok in _CLOSE and len(tok) == 1
+                if depth == 0:
+                    break
+                k += 1
+            k = min(k, len(sig) - 1)
+        else:
+            k = j
+            while k + 1 < len(sig) and sig[k][2][:1] in "\"'" and sig[k + 1][2][:1] in "\"'":
+                k += 1  # adjacent string literals concatenate
+        end = sig[k][1]
+        stop = sig[k + 1][1] if k + 1 < len(sig) and sig[k + 1][2] in (",", ";") else end
+        out.append(FieldSpan(name, start, end, stop))
+        i = k + 1 + (stop != end)
+    return out
+
+
+def whole_lines(text: str, start: int, stop: int) -> tuple[int, int]:
+    """(start, stop) widened to whole lines where nothing else stands on them."""
+    line_start = text.rfind("\n", 0, start) + 1
+    if text[line_start:start].strip() == "":
+        start = line_start
+    nl = text.find("\n", stop)
+    if text[stop:nl if nl >= 0 else len(text)].strip() == "":
+        stop = nl + 1 if nl >= 0 else len(text)
+    return start, stop
+
+
+HEADER_FIELDS = ("name", "platform", "backend", "max_batch_size")
+
+
+def splice(text: str, names: tuple[str, ...], block: str, *, lines: bool = False,
+           after: tuple[str, ...] = ()) -> str:
+    """`text` with its top-level fields named in `names` replaced by `block` (at the first one's place; the
+    others removed). `lines` replaces the lines those fields stand on (then `block` ends with a newline).
+    Without such a field, `block` goes on a line after the last top-level field named in `after`, else at the end.
+    Callers check the result by parsing it: this edits text, it does not know the schema."""
+    spans = [f for f in top_level_fields(text) if f.name in names]
+    if spans:
+        pieces, last = [], 0
+        for index, f in enumerate(spans):
+            s, e = whole_lines(text, f.start, f.stop) if lines else (f.start, f.end)
+            pieces.append(text[last:s])
+            if index == 0:
+                pieces.append(block)
+            last = e
+        return "".join(pieces) + text[last:]
+    line = block if block.endswith("\n") else block + "\n"
+    heads = [f.end for f in top_level_fields(text) if f.name in after]
+    at = text.find("\n", max(heads)) if heads else -1
+    if at < 0:
+        return text + ("" if text.endswith("\n") or not text else "\n") + line
+    return text[:at + 1] + line + text[at + 1:]
+
+
+# ---- positions: where a field of a pbtxt text stands, from the same tokens the span editor reads ---------------
+
+@dataclass
+class Node:
+    """One field occurrence: its name token's offset, the offsets of its scalar values (several for a list
+    value `[4, 8]`), the string values, and the fields inside a message value."""
+
+    name: str
+    start: int
+    end: int = 0
+    values: list[tuple[int, str]] = field(default_factory=list)
+    children: list[Node] = field(default_factory=list)
+
+    def child_value(self, name: str) -> str | None:
+        """The unquoted value of this message's first scalar field `name`."""
+        for c in self.children:
+            if c.name == name and c.values:
+                return c.values[0][1].strip("\"'")
+        return None
+
+
+def tree(text: str) -> list[Node]:
+    """The fields of a pbtxt text as nodes with offsets (tolerant: stray tokens are skipped)."""
+    sig = [(m.start(), m.group()) for m in _TOKEN.finditer(text)
+           if not m.group().isspace() and not m.group().startswith("#")]
+    nodes, _ = _fields(sig, 0, "")
+    return nodes
+
+
+def _fields(sig: list[tuple[int, str]], i: int, closer: str) -> tuple[list[Node], int]:
+    out: list[Node] = []
+    while i < len(sig):
+        start, tok = sig[i]
+        if closer and tok == closer:
+            return out, i + 1
+        if not re.fullmatch(r"[A-Za-z_][\w.]*", tok):
+            i += 1
+            continue
+        node = Node(tok, start)
+        out.append(node)
+        i += 1
+        if i < len(sig) and sig[i][1] == ":":
+            i += 1
+        if i >= len(sig):
+            break
+        tok = sig[i][1]
+        if tok in ("{", "<"):
+            node.children, i = _fields(sig, i + 1, "}" if tok == "{" else ">")
+        elif tok == "[":
+            i += 1
+            while i < len(sig) and sig[i][1] != "]":
+                if sig[i][1] in ("{", "<"):  # a list of messages: each element is an occurrence of the field
+                    if out and out[-1] is node:
+                        out.pop()
+                    child = Node(node.name, sig[i][0])
+                    child.children, i = _fields(sig, i + 1, "}" if sig[i][1] == "{" else ">")
+                    out.append(child)
+                    continue
+                if sig[i][1] != ",":
+                    node.values.append(sig[i])
+                i += 1
+            i += 1
+        else:
+            node.values.append(sig[i])
+            i += 1
+        node.end = sig[i - 1][0] if i - 1 < len(sig) else start
+        if i < len(sig) and sig[i][1] in (",", ";"):
+            i += 1
+    return out, i
+
+
+_OBJECT = re.compile(r"(?P<path>[a-z_][\w.]*)(?:\[(?P<index>\d+)\])?(?: '(?P<name>[^']*)')?$")
+
+
+def locate(text: str, obj: str | None, needle: str | None = None, index: int = 0) -> int | None:
+    """The 1-based line a finding about `obj` points at, from the parsed positions: `obj` is a dotted field path
+    (`dynamic_batching.preferred_batch_size`), optionally with a repeated field's index
+    (`ensemble_scheduling.step[2]`) or a message's `name` (`input 'INPUT0'`, `parameters 'gpt_model_path'`
+    matches a `key`); `index` picks among repeated occurrences or list values of the last field; `needle`, a field
+    name or a quoted value inside the located field, narrows it further. None when nothing matches."""
+    nodes = tree(text)
+    found = _find(nodes, obj, index) if obj else None
+    if found is None:
+        return _needle(text, nodes, needle, None)
+    node, offset = found
+    inner = _needle(text, node.children, needle, node) if needle and node.children else None
+    return inner or _line(text, offset)
+
+
+def _find(nodes: list[Node], obj: str, index: int) -> tuple[Node, int] | None:
+    m = _OBJECT.match(obj.strip())
+    if not m:
+        return None
+    parts = m["path"].split(".")
+    level, node = nodes, None
+    for depth, part in enumerate(parts):
+        matches = [n for n in level if n.name == part]
+        last = depth == len(parts) - 1
+        if not matches:
+            return None
+        if last and m["name"] is not None:
+            key = "key" if part == "parameters" else "name"
+            matches = [n for n in matches if n.child_value(key) == m["name"]] or matches[:0]
+            if not matches:
+                return None
+        if last and m["index"] is not None:
+            position = int(m["index"])
+            if position >= len(matches):
+                return None
+            node = matches[position]
+        elif last:
+            values = [(n, off) for n in matches for off, _ in n.values] or [(n, n.start) for n in matches]
+            chosen = values[min(index, len(values) - 1)]
+            return chosen
+        else:
+            node = matches[0]
+        level = node.children
+    return (node, node.start) if node else None
+
+
+def _needle(text: str, nodes: list[Node], needle: str | None, within: Node | None) -> int | None:
+    """A field named `needle`, or a value equal to it (quoted needles are values), among `nodes`, depth first."""
+    if not needle:
+        return None
+    want = needle.strip("\"'")
+    for n in nodes:
+        if n.name == want and not needle.startswith(("'", '"')):
+            return _line(text, n.start)
+        for off, value in n.values:
+            if value.strip("\"'") == want:
+                return _line(text, off)
+        inner = _needle(text, n.children, needle, n)
+        if inner:
+            return inner
+    return None
+
+
+def _line(text: str, offset: int) -> int:
+    return text.count("\n", 0, offset) + 1

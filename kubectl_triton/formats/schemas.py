@@ -1,5 +1,9 @@
 """Schema validation of rendered objects: kubernetes-validate's strict schemas for built-in kinds, the
-bundled strict JSON Schemas (datreeio/CRDs-catalog, MIT) for Flux, Prometheus Operator, KEDA and Gateway API."""
+bundled strict JSON Schemas (datreeio/CRDs-catalog, MIT) for Flux, Prometheus Operator, KEDA and Gateway API, and
+those converted from the projects' own CRDs (hack/crd_to_jsonschema.py, Apache-2.0, LICENSE and SOURCE.yaml beside
+each) for LeaderWorkerSet (data/crds/leaderworkerset.x-k8s.io) and the Gateway API Inference Extension's
+InferencePool (data/crds/inference.networking.k8s.io). A schema is found by apiVersion and kind:
+data/crds/<group>/<kind>_<version>.json."""
 
 from __future__ import annotations
 
@@ -7,8 +11,9 @@ import json
 import re
 from dataclasses import dataclass
 from functools import cache
-from importlib import resources
 from typing import Any
+
+from kubectl_triton.datafiles import data_file
 
 DEFAULT_KUBERNETES_VERSION = "1.32"
 
@@ -41,7 +46,7 @@ def _crd_file(api_version: str, kind: str) -> str | None:
 def _crd_validator(rel: str) -> Any:
     import jsonschema
 
-    ref = resources.files("kubectl_triton").joinpath("data", "crds", *rel.split("/"))
+    ref = data_file("crds", *rel.split("/"))
     if not ref.is_file():
         return None
     schema = json.loads(ref.read_text(encoding="utf-8"))

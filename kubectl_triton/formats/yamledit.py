@@ -3,6 +3,7 @@ order, indentation and quoting of everything not edited survive byte for byte.""
 
 from __future__ import annotations
 
+import io
 import re
 from collections.abc import Iterable
 from typing import Any
@@ -42,8 +43,6 @@ def _yaml(text: str, source: str) -> tuple[Any, Any]:
 
 
 def _dump(yaml: Any, doc: Any) -> str:
-    import io
-
     out = io.StringIO()
     yaml.dump(doc, out)
     return out.getvalue()
@@ -164,7 +163,7 @@ def _append(seq: Any, entry: str) -> None:
     slot = seq.ca.items.get(last)
     token = slot[0] if slot else None
     value = getattr(token, "value", None)
-    if not value or "\n" not in value.rstrip("\n"):
+    if token is None or not value or "\n" not in value.rstrip("\n"):
         return
     eol, rest = value.split("\n", 1)
     from ruamel.yaml.tokens import CommentToken

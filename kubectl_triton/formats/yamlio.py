@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -41,8 +42,6 @@ def dump_all(docs: list[Any]) -> str:
 
 def read_json(path: Path) -> Any:
     """A JSON file; unreadable or malformed files raise InputError naming it."""
-    import json
-
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except OSError as err:

@@ -17,19 +17,32 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from kubectl_triton.errors import InputError
-from kubectl_triton.gitops.scaffold import Plan
+from ruamel.yaml.comments import CommentedMap, CommentedSeq
+from ruamel.yaml.scalarstring import DoubleQuotedScalarString
 
-GROUP = "triton.kubectl.io"
-LABEL_MODEL = f"{GROUP}/model"
-LABEL_TRACK = f"{GROUP}/track"
-LABEL_VERSION = f"{GROUP}/model-version"
-ANN_TRITON_MODEL = f"{GROUP}/triton-model"
-ANN_STABLE_VERSION = f"{GROUP}/stable-version"
-ANN_CANARY_VERSION = f"{GROUP}/canary-version"
-INSTANCE_LABEL = "app.kubernetes.io/instance"
+from kubectl_triton.checks.model.base import served_versions
+from kubectl_triton.errors import InputError
+from kubectl_triton.formats import pbtxt
+from kubectl_triton.formats import yamldump as Y
+from kubectl_triton.formats.yamledit import _dump as dump
+from kubectl_triton.formats.yamledit import _yaml, edit_resources, resources_of
+from kubectl_triton.formats.yamlio import load_all, loads_all
+from kubectl_triton.gitops import inferencepool
+from kubectl_triton.gitops.labels import (
+    ANN_CANARY_VERSION,
+    ANN_STABLE_VERSION,
+    ANN_TRITON_MODEL,
+    INSTANCE_LABEL,
+    LABEL_MODEL,
+    LABEL_TRACK,
+    LABEL_VERSION,
+)
+from kubectl_triton.gitops.model import CANARY_SUFFIX
+from kubectl_triton.gitops.repo import flux_kustomizations
+from kubectl_triton.gitops.scaffold import Plan, flux_kustomization, resolve_cluster, triton_name, validate_name
+
 CANARY = "canary"
-SUFFIX = "-canary"
+SUFFIX = CANARY_SUFFIX
 ROUTE_DIR = "route"
 HTTP_PORT = 8000
 DEFAULT_GATEWAY = "triton-gateway"
@@ -49,36 +62,6 @@ def flux_name(model: str, overlay: str) -> str:
 
 # ---- config.pbtxt: the version policy, edited in the text --------------------------------------------
 
-_TOKEN = re.compile(r'#[^\n]*|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'|[-+]?[0-9][\w.+-]*|[-+]?[A-Za-z_]\w*|\S')
-
-
-def _top_level_fields(text: str) -> list[tuple[str, int, int]]:
-    """(field name, start, end) of every top-level field of a pbtxt text; `end` is past its value."""
-    out: list[tuple[str, int, int]] = []
-    state, depth, name, start = "field", 0, "", 0
-    for tok in _TOKEN.finditer(text):
-        value = tok.group()
-        if value.startswith("#"):
-            continue
-        if state == "field":
-            if re.fullmatch(r"[A-Za-z_]\w*", value):
-                state, name, start = "name", value, tok.start()
-        elif state == "name" and value == ":":
-            state = "value"
-        elif state in ("name", "value") and value in "{<[":
-            state, depth = "nested", 1
-        elif state == "value":
-            out.append((name, start, tok.end()))
-            state = "field"
-        elif state == "nested":
-            depth += value in "{<["
-            depth -= value in "}>]"
-            if depth == 0:
-                out.append((name, start, tok.end()))
-                state = "field"
-    return out
-
-
 def policy_text(version: int) -> str:
     return f"version_policy: {{ specific: {{ versions: [ {version} ] }} }}"
 
@@ -87,21 +70,8 @@ def set_version_policy(text: str, version: int, source: str = "config.pbtxt") ->
     """`text` with its top-level version_policy replaced by `specific [version]` (added after the header
     fields when absent); everything else, comments included, is kept. The result is checked through
     Triton's schema: the parsed config must equal the original with only the policy changed."""
-    from kubectl_triton.formats import pbtxt
-
     before = pbtxt.parse(text, source)
-    fields = _top_level_fields(text)
-    found = [(s, e) for name, s, e in fields if name == "version_policy"]
-    if found:
-        start, end = found[0]
-        new = text[:start] + policy_text(version) + text[end:]
-    else:
-        heads = [e for name, _, e in fields if name in ("name", "platform", "backend", "max_batch_size")]
-        at = text.find("\n", max(heads)) if heads else -1
-        if at < 0:
-            new = text + ("" if text.endswith("\n") or not text else "\n") + policy_text(version) + "\n"
-        else:
-            new = text[:at + 1] + policy_text(version) + "\n" + text[at + 1:]
+    new = pbtxt.splice(text, ("version_policy",), policy_text(version), after=pbtxt.HEADER_FIELDS)
     after = pbtxt.parse(new, source)
     expected = type(before)()
     expected.CopyFrom(before)
@@ -111,26 +81,6 @@ def set_version_policy(text: str, version: int, source: str = "config.pbtxt") ->
         raise InputError(f"{source}: cannot set version_policy in this file's layout; set "
                          f"'{policy_text(version)}' by hand")
     return new
-
-
-def served_versions(config: Any, available: list[int] | None = None) -> tuple[str, list[int]]:
-    """The policy kind (`specific`, `latest`, `all`) and the versions it names (`latest`: its count;
-    with `available` version folders known, the versions it would serve)."""
-    policy = config.version_policy
-    kind = policy.WhichOneof("policy_choice") or "latest"
-    if kind == "specific":
-        return kind, sorted(policy.specific.versions)
-    if kind == "all":
-        return kind, sorted(available or [])
-    count = policy.latest.num_versions if policy.HasField("latest") else 1
-    return kind, sorted(available or [])[-max(count, 1):] if available else [count]
-
-
-def without_policy(config: Any) -> Any:
-    out = type(config)()
-    out.CopyFrom(config)
-    out.ClearField("version_policy")
-    return out
 
 
 # ---- what the repository holds -----------------------------------------------------------------------
@@ -180,12 +130,6 @@ class Facts:
 
 def read_facts(root: Path, model: str, cluster: str | None) -> Facts:
     """Read the model's folders, its Flux registration in CLUSTER and the files a plan may edit."""
-    from kubectl_triton.formats import pbtxt
-    from kubectl_triton.formats.yamledit import resources_of
-    from kubectl_triton.formats.yamlio import load_all
-    from kubectl_triton.gitops.repo import flux_kustomizations
-    from kubectl_triton.gitops.scaffold import resolve_cluster, validate_name
-
     validate_name(model)
     mdir, odir = root / "models" / model, root / "overlays" / model
     if not mdir.is_dir() or not (odir / "model").is_dir():
@@ -229,7 +173,8 @@ def read_facts(root: Path, model: str, cluster: str | None) -> Facts:
             rel = fk.file.relative_to(root).as_posix()
             registered[path[len(prefix):]] = rel
             read(rel)
-    read(f"overlays/{model}/{ROUTE_DIR}/httproute.yaml")
+    for name in ("httproute.yaml", "kustomization.yaml", "inferencepool.yaml"):
+        read(f"overlays/{model}/{ROUTE_DIR}/{name}")
     meta_text = read(f"models/{model}/model.yaml")
     meta = {}
     if meta_text is not None:
@@ -244,8 +189,6 @@ def read_facts(root: Path, model: str, cluster: str | None) -> Facts:
 
 def pick_triton_model(facts: Facts, name: str | None) -> TritonModel:
     """--triton-model, else MODEL with '-' written '_', else the model's only non-ensemble Triton model."""
-    from kubectl_triton.gitops.scaffold import triton_name
-
     tms = facts.triton_models
     if name is not None:
         if name not in tms:
@@ -290,8 +233,6 @@ def pick_stable_gpu(facts: Facts, gpu: str | None) -> str:
 
 
 def _config(facts: Facts, tm: TritonModel) -> Any:
-    from kubectl_triton.formats import pbtxt
-
     return pbtxt.parse(facts.texts[tm.config_rel], tm.config_rel)
 
 
@@ -326,24 +267,28 @@ def version_entries(tm: TritonModel, version: int) -> list[str]:
 def canary_kustomization(facts: Facts, gpu: str, tm: TritonModel, version: int, stable: int) -> str:
     """overlays/MODEL/GPU-canary/kustomization.yaml: the stable overlay, renamed, relabelled, pinned to N."""
     m = facts.model
-    files = [f"{tm.name}__config.pbtxt={tm.name}.config.pbtxt"]
-    files += version_entries(tm, version)
-    lines = [
-        f"# Canary of {m}: Triton model {tm.name} version {version} beside overlays/{m}/{gpu} (version {stable}).",
-        f"# {tm.name}.config.pbtxt is {tm.config_rel} pinned to version {version}.",
-        f"# Traffic split: overlays/{m}/{ROUTE_DIR}/httproute.yaml. Written by `kubectl triton canary`;",
-        f"# `kubectl triton promote {m}` or `kubectl triton abort {m}` removes this folder.",
-        "apiVersion: kustomize.config.k8s.io/v1beta1", "kind: Kustomization",
-        "nameSuffix: -canary", "labels:", "  - pairs:",
-        f"      {INSTANCE_LABEL}: {m}-canary",
-        "    includeSelectors: true", "    fields:", "      - path: spec/selector/matchLabels",
-        "        kind: ServiceMonitor", "        create: true", "  - pairs:",
-        f"      {LABEL_MODEL}: {m}", f"      {LABEL_TRACK}: {CANARY}", f'      {LABEL_VERSION}: "{version}"',
-        "    includeTemplates: true", "commonAnnotations:", f"  {ANN_TRITON_MODEL}: {tm.name}",
-        f'  {ANN_STABLE_VERSION}: "{stable}"', "resources:", f"  - ../{gpu}", "configMapGenerator:",
-        "  - name: model-config", "    namespace: triton", "    behavior: merge", "    files:",
-        *[f"      - {f}" for f in files]]
-    return "\n".join(lines) + "\n"
+    files = [f"{tm.name}__config.pbtxt={tm.name}.config.pbtxt", *version_entries(tm, version)]
+    header = "\n".join([
+        f"Canary of {m}: Triton model {tm.name} version {version} beside overlays/{m}/{gpu} (version {stable}).",
+        f"{tm.name}.config.pbtxt is {tm.config_rel} pinned to version {version}.",
+        f"Traffic split: overlays/{m}/{ROUTE_DIR}/httproute.yaml. Written by `kubectl triton canary`;",
+        f"`kubectl triton promote {m}` or `kubectl triton abort {m}` removes this folder."])
+    fields = Y.seq([Y.mapping(path="spec/selector/matchLabels", kind="ServiceMonitor", create=True)])
+    if "triton-multinode" in facts.texts.get(f"overlays/{m}/{gpu}/kustomization.yaml", ""):
+        # A multi-node model's canary is a whole second group: its pod templates carry the canary labels too.
+        fields += [Y.mapping(path=f"spec/leaderWorkerTemplate/{t}/metadata/labels", kind="LeaderWorkerSet",
+                             create=True) for t in ("leaderTemplate", "workerTemplate")]
+    instance = Y.mapping(pairs=Y.mapping([(INSTANCE_LABEL, f"{m}-canary")]), includeSelectors=True, fields=fields)
+    track = Y.mapping(pairs=Y.mapping([(LABEL_MODEL, m), (LABEL_TRACK, CANARY), (LABEL_VERSION, str(version))]),
+                      includeTemplates=True)
+    doc = Y.mapping(
+        apiVersion="kustomize.config.k8s.io/v1beta1", kind="Kustomization", nameSuffix=SUFFIX,
+        labels=Y.seq([instance, track]),
+        commonAnnotations=Y.mapping([(ANN_TRITON_MODEL, tm.name), (ANN_STABLE_VERSION, str(stable))]),
+        resources=Y.seq([f"../{gpu}"]),
+        configMapGenerator=Y.seq([Y.mapping(name="model-config", namespace="triton", behavior="merge",
+                                            files=Y.seq(files))]))
+    return Y.dumps(doc, header)
 
 
 def _gateway(gateway: str) -> tuple[str | None, str]:
@@ -361,63 +306,55 @@ def split_line(model: str, weight: int | None) -> list[dict]:
     return refs
 
 
-def _flow(refs: list[dict]) -> str:
-    return "[" + ", ".join("{" + ", ".join(f"{k}: {v}" for k, v in r.items()) + "}" for r in refs) + "]"
-
-
 def route_files(facts: Facts, tm: TritonModel, gateway: str, stable: int, version: int, weight: int) -> dict:
     """overlays/MODEL/route/{kustomization,httproute}.yaml for a new route."""
     m = facts.model
     ns, name = _gateway(gateway)
-    paths = sorted(facts.triton_models)
-    parent = [f"    - name: {name}"] + ([f"      namespace: {ns}"] if ns else [])
-    route = [
-        f"# {m} behind the Gateway: requests for its Triton models go to the stable and canary Services by "
-        "weight.",
-        f"# `kubectl triton canary {m} --weight P` edits the backendRefs line (weights sum to 100).",
-        "apiVersion: gateway.networking.k8s.io/v1", "kind: HTTPRoute", "metadata:", f"  name: {m}",
-        "  labels:", f"    {INSTANCE_LABEL}: {m}", "  annotations:", f"    {ANN_TRITON_MODEL}: {tm.name}",
-        f'    {ANN_STABLE_VERSION}: "{stable}"', f'    {ANN_CANARY_VERSION}: "{version}"', "spec:",
-        "  parentRefs:", *parent, "  rules:", "    - matches:",
-        *[f"        - path: {{type: PathPrefix, value: /v2/models/{p}}}" for p in paths],
-        f"      backendRefs: {_flow(split_line(m, weight))}"]
-    kust = ["apiVersion: kustomize.config.k8s.io/v1beta1", "kind: Kustomization", "namespace: triton",
-            "resources:", "  - httproute.yaml"]
+    header = (f"{m} behind the Gateway: requests for its Triton models go to the stable and canary Services by "
+              f"weight.\n`kubectl triton canary {m} --weight P` edits the backendRefs line (weights sum to 100).")
+    matches = Y.seq(Y.mapping(path=Y.flow({"type": "PathPrefix", "value": f"/v2/models/{p}"}))
+                    for p in sorted(facts.triton_models))
+    route = Y.mapping(
+        apiVersion="gateway.networking.k8s.io/v1", kind="HTTPRoute",
+        metadata=Y.mapping(name=m, labels=Y.mapping([(INSTANCE_LABEL, m)]), annotations=Y.mapping(
+            [(ANN_TRITON_MODEL, tm.name), (ANN_STABLE_VERSION, str(stable)), (ANN_CANARY_VERSION, str(version))])),
+        spec=Y.mapping(parentRefs=Y.seq([Y.mapping(name=name, namespace=ns)]),
+                       rules=Y.seq([Y.mapping(matches=matches, backendRefs=_flow_refs(split_line(m, weight)))])))
+    kust = Y.mapping(apiVersion="kustomize.config.k8s.io/v1beta1", kind="Kustomization", namespace="triton",
+                     resources=Y.seq(["httproute.yaml"]))
     base = f"overlays/{m}/{ROUTE_DIR}"
-    return {f"{base}/kustomization.yaml": "\n".join(kust) + "\n", f"{base}/httproute.yaml": "\n".join(route) + "\n"}
+    return {f"{base}/kustomization.yaml": Y.dumps(kust), f"{base}/httproute.yaml": Y.dumps(route, header)}
 
 
 # ---- round-trip edits -----------------------------------------------------------------------------------
 
 def _load(text: str, source: str) -> tuple[Any, Any]:
-    from kubectl_triton.formats.yamledit import _yaml
-
     return _yaml(text, source)
 
 
 def _dump(yaml: Any, doc: Any) -> str:
-    from kubectl_triton.formats.yamledit import _dump as dump
-
     return dump(yaml, doc)
 
 
 def _flow_refs(refs: list[dict]) -> Any:
-    from ruamel.yaml.comments import CommentedMap, CommentedSeq
+    return Y.flow([Y.flow(ref) for ref in refs])
 
-    seq = CommentedSeq()
-    for ref in refs:
-        item = CommentedMap(ref)
-        item.fa.set_flow_style()
-        seq.append(item)
-    seq.fa.set_flow_style()
-    return seq
+
+def _backends(doc: Any, model: str) -> tuple[str, str, Any]:
+    """(stable backend name, canary backend name, refs(weight)) of a route: the two Services, or the two
+    InferencePools when the route sends traffic to pools (add-model --route inferencepool)."""
+    if inferencepool.is_pool_route(doc):
+        return (inferencepool.pool_name(model), inferencepool.pool_name(model, True),
+                lambda weight: inferencepool.refs(model, weight))
+    return service_name(model), service_name(model, True), lambda weight: split_line(model, weight)
 
 
 def _split_rules(doc: Any, model: str, source: str) -> list[Any]:
+    stable, _, _ = _backends(doc, model)
     rules = [r for r in ((doc.get("spec") or {}).get("rules") or [])
-             if any(isinstance(b, dict) and b.get("name") == service_name(model) for b in r.get("backendRefs") or [])]
+             if any(isinstance(b, dict) and b.get("name") == stable for b in r.get("backendRefs") or [])]
     if not rules:
-        raise InputError(f"{source}: no rule sends traffic to Service {service_name(model)}")
+        raise InputError(f"{source}: no rule sends traffic to {stable}")
     return rules
 
 
@@ -425,11 +362,11 @@ def route_set_split(text: str, model: str, weight: int | None, *, stable: int,
                     canary: int | None, source: str) -> str:
     """The route with its split rewritten: stable (+ canary at `weight`) and the version annotations."""
     yaml, doc = _load(text, source)
+    stable_name, canary_name, make_refs = _backends(doc, model)
     for rule in _split_rules(doc, model, source):
         refs = rule["backendRefs"]
-        keep = [b for b in refs if not (isinstance(b, dict) and b.get("name") in
-                                        (service_name(model), service_name(model, True)))]
-        rule["backendRefs"] = _flow_refs(split_line(model, weight)) if not keep else refs
+        keep = [b for b in refs if not (isinstance(b, dict) and b.get("name") in (stable_name, canary_name))]
+        rule["backendRefs"] = _flow_refs(make_refs(weight)) if not keep else refs
         if keep:
             raise InputError(f"{source}: a rule also sends traffic to {keep[0].get('name')}; edit it by hand")
     meta = doc.setdefault("metadata", {})
@@ -443,38 +380,36 @@ def route_set_split(text: str, model: str, weight: int | None, *, stable: int,
 
 
 def _dq(text: str) -> Any:
-    from ruamel.yaml.scalarstring import DoubleQuotedScalarString
-
     return DoubleQuotedScalarString(text)
 
 
 def route_set_weight(text: str, model: str, weight: int, source: str) -> str:
     """Only the two weights change (the backendRefs line)."""
     yaml, doc = _load(text, source)
+    stable_name, canary_name, _ = _backends(doc, model)
     changed = False
     for rule in _split_rules(doc, model, source):
         refs = {b.get("name"): b for b in rule["backendRefs"] if isinstance(b, dict)}
-        if service_name(model, True) not in refs:
+        if canary_name not in refs:
             continue
-        refs[service_name(model)]["weight"] = 100 - weight
-        refs[service_name(model, True)]["weight"] = weight
+        refs[stable_name]["weight"] = 100 - weight
+        refs[canary_name]["weight"] = weight
         changed = True
     if not changed:
-        raise InputError(f"{source}: no rule sends traffic to the canary Service {service_name(model, True)}")
+        raise InputError(f"{source}: no rule sends traffic to the canary {canary_name}")
     return _dump(yaml, doc)
 
 
 def route_canary(text: str, model: str, source: str) -> tuple[int | None, int | None, int | None]:
     """(stable version, canary version, canary weight) as the route records them."""
-    from kubectl_triton.formats.yamlio import loads_all
-
     docs = loads_all(text, source)
     doc = docs[0] if docs and isinstance(docs[0], dict) else {}
     ann = (doc.get("metadata") or {}).get("annotations") or {}
+    _, canary_name, _ = _backends(doc, model)
     weight = None
     for rule in (doc.get("spec") or {}).get("rules") or []:
         for b in rule.get("backendRefs") or []:
-            if isinstance(b, dict) and b.get("name") == service_name(model, True):
+            if isinstance(b, dict) and b.get("name") == canary_name:
                 weight = b.get("weight", 1)
     return _int(ann.get(ANN_STABLE_VERSION)), _int(ann.get(ANN_CANARY_VERSION)), weight
 
@@ -488,8 +423,6 @@ def _int(value: Any) -> int | None:
 
 def flux_depends(text: str, *, add: tuple[str, ...] = (), remove: tuple[str, ...] = (), source: str) -> str:
     """A Flux Kustomization file with dependsOn entries added/removed (round trip)."""
-    from ruamel.yaml.comments import CommentedMap, CommentedSeq
-
     yaml, doc = _load(text, source)
     spec = doc.setdefault("spec", CommentedMap())
     deps = spec.get("dependsOn")
@@ -545,8 +478,6 @@ class Rollout:
 
 def current(facts: Facts) -> Rollout | None:
     """The canary in progress, or None."""
-    from kubectl_triton.formats.yamlio import loads_all
-
     overlay = facts.canary_overlay
     if overlay is None:
         return None
@@ -554,7 +485,7 @@ def current(facts: Facts) -> Rollout | None:
     docs = loads_all(facts.texts.get(krel, ""), krel)
     doc = docs[0] if docs and isinstance(docs[0], dict) else {}
     gpu = next((str(r)[3:] for r in doc.get("resources") or [] if str(r).startswith("../")), overlay[:-len(SUFFIX)])
-    labels = {}
+    labels: dict[str, Any] = {}
     for entry in doc.get("labels") or []:
         labels.update(entry.get("pairs") or {})
     ann = doc.get("commonAnnotations") or {}
@@ -578,8 +509,6 @@ def plan_start(facts: Facts, *, version: int, weight: int, gpu: str | None = Non
                triton_model: str | None = None, stable: int | None = None,
                gateway: str = DEFAULT_GATEWAY) -> Plan:
     """A new canary: canary overlay + pinned config, stable pinned, route, Flux registration."""
-    from kubectl_triton.gitops.scaffold import flux_kustomization
-
     check_weight(weight)
     if version < 1:
         raise InputError(f"--version {version}: Triton versions are positive integers")
@@ -614,6 +543,7 @@ def plan_start(facts: Facts, *, version: int, weight: int, gpu: str | None = Non
     if facts.route_rel in facts.texts:
         files[facts.route_rel] = route_set_split(facts.texts[facts.route_rel], m, weight, stable=s, canary=version,
                                                  source=facts.route_rel)
+        files.update(_canary_pool_files(facts))
     else:
         files.update(route_files(facts, tm, gateway, s, version, weight))
     route_file = facts.registered.get(ROUTE_DIR)
@@ -627,10 +557,37 @@ def plan_start(facts: Facts, *, version: int, weight: int, gpu: str | None = Non
     return Plan(files)
 
 
+def _pool_route(facts: Facts) -> bool:
+    docs = loads_all(facts.texts.get(facts.route_rel, ""), facts.route_rel)
+    return bool(docs) and inferencepool.is_pool_route(docs[0])
+
+
+def _canary_pool_files(facts: Facts) -> dict[str, str]:
+    """For a route through InferencePools: the canary's pool (selecting the canary track only), its endpoint
+    picker unless the platform provides it, both listed in the route's kustomization."""
+    if not _pool_route(facts):
+        return {}
+    base = f"overlays/{facts.model}/{ROUTE_DIR}"
+    stable_rel, kust_rel = f"{base}/inferencepool.yaml", f"{base}/kustomization.yaml"
+    if stable_rel not in facts.texts or kust_rel not in facts.texts:
+        raise InputError(f"{base}/: the route sends traffic to InferencePools but inferencepool.yaml or "
+                         "kustomization.yaml is missing")
+    stable = facts.texts[stable_rel]
+    picker = inferencepool.picker_of(stable, stable_rel)
+    files = {f"{base}/inferencepool-canary.yaml": inferencepool.pool_yaml(
+        facts.model, canary=True, multinode=inferencepool.pool_selector_is_multinode(stable, stable_rel),
+        picker=picker, port=inferencepool.pool_port(stable, stable_rel))}
+    add = ["inferencepool-canary.yaml"]
+    if picker is None:
+        files[f"{base}/{inferencepool.epp_dir(True)}/kustomization.yaml"] = inferencepool.epp_kustomization(
+            facts.model, canary=True)
+        add.append(inferencepool.epp_dir(True))
+    files[kust_rel] = edit_resources(facts.texts[kust_rel], add=add, source=kust_rel)
+    return files
+
+
 def _timeout(facts: Facts, gpu: str) -> str:
     """The stable overlay's Flux timeout, so the canary gets the same budget."""
-    from kubectl_triton.formats.yamlio import loads_all
-
     rel = facts.registered.get(gpu)
     if rel and rel in facts.texts:
         docs = loads_all(facts.texts[rel], rel)
@@ -641,8 +598,6 @@ def _timeout(facts: Facts, gpu: str) -> str:
 
 
 def _register(facts: Facts, files: dict[str, str], *, add: list[str], remove: list[str]) -> None:
-    from kubectl_triton.formats.yamledit import edit_resources
-
     kfile = f"{facts.flux_dir}/kustomization.yaml"
     text = facts.texts.get(kfile, "")
     updated = edit_resources(text, add=add, remove=remove, source=kfile)
@@ -693,11 +648,22 @@ def _end(facts: Facts, promote: bool) -> tuple[Plan, Rollout]:
     if facts.route_rel in facts.texts:
         files[facts.route_rel] = route_set_split(facts.texts[facts.route_rel], m, None, stable=version, canary=None,
                                                  source=facts.route_rel)
+    delete = list(facts.overlay_files.get(ro.canary_overlay, ()))
+    if facts.route_rel in facts.texts and _pool_route(facts):
+        base = f"overlays/{m}/{ROUTE_DIR}"
+        canary_dir = f"{base}/{inferencepool.epp_dir(True)}/"
+        delete += [p for p in facts.overlay_files.get(ROUTE_DIR, ())
+                   if p == f"{base}/inferencepool-canary.yaml" or p.startswith(canary_dir)]
+        kust_rel = f"{base}/kustomization.yaml"
+        if kust_rel in facts.texts:
+            new = edit_resources(facts.texts[kust_rel], remove=["inferencepool-canary.yaml",
+                                                                inferencepool.epp_dir(True)], source=kust_rel)
+            if new != facts.texts[kust_rel]:
+                files[kust_rel] = new
     canary_flux = flux_name(m, ro.canary_overlay)
     route_file = facts.registered.get(ROUTE_DIR)
     if route_file:
         files[route_file] = flux_depends(facts.texts[route_file], remove=(canary_flux,), source=route_file)
-    delete = list(facts.overlay_files.get(ro.canary_overlay, ()))
     keep = f"models/{m}/{tm.name}/{ro.canary}/{KEEP}"
     if not promote and tm.version_files.get(ro.canary) == (keep,):
         delete.append(keep)  # the marker `canary` wrote for an artifact-backed version

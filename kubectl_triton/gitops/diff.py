@@ -356,12 +356,12 @@ def snapshots(roots: list[Path]) -> tuple[list[Snapshot], list[str]]:
     done: list[set[tuple[str, Path]]] = [set() for _ in roots]
     todo: list[tuple[int, str, Path]] = []
     for i, root in enumerate(roots):
-        for cluster in Repository.at(root).clusters:
-            snaps[i].setdefault(cluster.name, {})
-            if kustomization_file(cluster.path):
-                todo.append((i, cluster.name, cluster.path.resolve()))
+        for folder in Repository.at(root).clusters:
+            snaps[i].setdefault(folder.name, {})
+            if kustomization_file(folder.path):
+                todo.append((i, folder.name, folder.path.resolve()))
             else:  # no kustomization.yaml: Flux applies every YAML file below it
-                todo += [(i, cluster.name, (root / ks.path).resolve()) for ks in cluster.kustomizations
+                todo += [(i, folder.name, (root / ks.path).resolve()) for ks in folder.kustomizations
                          if (root / ks.path).is_dir() and kustomization_file(root / ks.path)]
     unapplied_round = False
     while todo:

@@ -377,6 +377,8 @@ def plan_init(root: Path, opts: InitOptions) -> InitPlan:
     if not (root / LAYOUT_FILE).is_file():
         proposed[LAYOUT_FILE] = layout_file(layout)
     proposed.update(base_files(layout))
+    # Components every model overlay may use (S3 artifacts, KEDA autoscaling), beside the GPU Components
+    proposed.update({f"{layout.overlays}/{rel}": data.decode("utf-8") for rel, data in _data_files(_data("overlays"))})
     for key in wanted:
         proposed.update(gpu_component_files(layout, key))
     cluster_dir = root / layout.cluster_dir(cluster)

@@ -69,8 +69,7 @@ class Layout:
         _check_schema(doc)
         paths = _section(doc, "paths")
         flux = _section(doc, "flux")
-        ref = flux.get("sourceRef")
-        source: dict[str, Any] = ref if isinstance(ref, dict) else {}
+        source = _mapping(flux.get("sourceRef"))
         values: dict[str, Any] = {k: str(paths[k]).strip("/") for k in ("bases", "gpus", "overlays", "models",
                                                                          "clusters") if paths.get(k)}
         if doc.get("namespace"):
@@ -184,7 +183,8 @@ class FluxKustomization(FluxObject):
     @property
     def source_ref(self) -> tuple[str, str, str]:
         """(kind, name, namespace) of spec.sourceRef."""
-        ref = self.spec.get("sourceRef") if isinstance(self.spec.get("sourceRef"), dict) else {}
+        raw = self.spec.get("sourceRef")
+        ref: dict[str, Any] = raw if isinstance(raw, dict) else {}
         return (str(ref.get("kind", "")), str(ref.get("name", "")), str(ref.get("namespace", self.namespace)))
 
 
@@ -357,6 +357,10 @@ def relative(root: Path, path: Path) -> str:
         return str(path)
 
 
+def _mapping(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
 def _kind(kfile: Path) -> str:
     docs = load_all(kfile)
     doc = docs[0] if docs else None
@@ -376,10 +380,10 @@ def _flux_objects(cluster_dir: Path) -> Iterator[FluxObject]:
             if not isinstance(doc, dict):
                 continue
             api, kind = str(doc.get("apiVersion", "")), str(doc.get("kind", ""))
-            meta = doc.get("metadata") if isinstance(doc.get("metadata"), dict) else {}
+            meta = _mapping(doc.get("metadata"))
             name, ns = str(meta.get("name", "")), str(meta.get("namespace", "flux-system"))
             if kind == "Kustomization" and api.startswith(FLUX_KUSTOMIZATION_API):
-                spec = doc.get("spec") if isinstance(doc.get("spec"), dict) else {}
+                spec = _mapping(doc.get("spec"))
                 yield FluxKustomization(kind, name, ns, f, doc, path=str(spec.get("path", "./")))
             elif (kind == "HelmRelease" and api.startswith(HELM_RELEASE_API)) or api.startswith(SOURCE_API):
                 yield FluxObject(kind, name, ns, f, doc)

@@ -1,9 +1,10 @@
 """`add-model` core: options in, {repository-relative path: file content} out.
 
 The pure part (`validate_name`, `parse_tensor`, `parse_step`, `render`, `plan`) builds every file in memory:
-config.pbtxt through Triton's protobuf schema, models/NAME/model.yaml, the model Component, one overlay per
-GPU (plus the engine-build overlay for TensorRT-LLM), one Flux Kustomization per overlay and the cluster's
-models/kustomization.yaml with the new entries appended (ruamel.yaml round trip, `yamledit`). The I/O part
+config.pbtxt through Triton's protobuf schema; models/NAME/model.yaml, the model Component, one overlay per
+GPU (plus the engine-build overlay for TensorRT-LLM) and one Flux Kustomization per overlay as data dumped by
+ruamel.yaml (`formats.yamldump`); the cluster's models/kustomization.yaml with the new entries appended (ruamel.yaml
+round trip, `yamledit`). The I/O part
 (`read_facts`, `write_plan`) reads what the options refer to and writes a plan all or nothing.
 """
 
@@ -14,12 +15,20 @@ import re
 import shutil
 import tempfile
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from kubectl_triton.compat.catalog import gpus
+from kubectl_triton.datafiles import data_text
 from kubectl_triton.errors import InputError
-from kubectl_triton.gitops.model import Layout, Repository
+from kubectl_triton.formats import pbtxt
+from kubectl_triton.formats import yamldump as Y
+from kubectl_triton.formats.yamledit import edit_resources
+from kubectl_triton.gitops import inferencepool
+from kubectl_triton.gitops.inferencepool import platform_picker
+from kubectl_triton.gitops.layout import confine
+from kubectl_triton.gitops.model import LAYOUT_FILE, Layout, Repository
+from kubectl_triton.gitops.repo import flux_kustomizations
 
 BACKENDS = ("tensorrtllm", "onnxruntime", "pytorch", "tensorflow", "python", "ensemble")
 DATA_TYPES = ("BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64",
@@ -37,11 +46,15 @@ EXECUTOR_WORKER = "/opt/tritonserver/backends/tensorrtllm/trtllmExecutorWorker"
 LLM_MODELS = ("ensemble", "preprocessing", "tensorrt_llm", "postprocessing")
 # Longest NAME: the Service "NAME-triton" must be a DNS-1035 label (63 characters at most).
 MAX_NAME = 63 - len("-triton")
+# Multi-node: the LeaderWorkerSet NAME-triton-group makes StatefulSets NAME-triton-group-G whose pods carry the
+# label controller-revision-hash=<StatefulSet>-<10 characters>, a label value of 63 characters at most.
+LWS_SUFFIX = "-triton-group"
+MAX_MULTINODE_NAME = 63 - len(LWS_SUFFIX) - len("-0-") - 10
+MULTINODE_BASE = "base/triton-multinode"
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 _TENSOR_NAME = re.compile(r"[A-Za-z0-9_.\-]+")
 _IMAGE_TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,100}")
 _PLAIN = re.compile(r"[A-Za-z0-9/._][A-Za-z0-9/._:@+\-]*")
-_YAML_WORDS = {"true", "false", "yes", "no", "on", "off", "null", "y", "n", "~"}
 
 TRITON_MODELS_ANNOTATION = "triton.kubectl.io/triton-models"
 DEFAULT_LAYOUT = Layout()  # the layout without a layout file
@@ -85,6 +98,8 @@ class LlmOptions:
     kv_cache_free_gpu_mem_fraction: float = 0.85
     batch_scheduler_policy: str = "max_utilization"
     streaming: bool = True
+    nodes: int = 1  # > 1: a LeaderWorkerSet group of this many pods (base/triton-multinode)
+    gpus_per_node: int | None = None  # None: the GPU catalog's gpus_per_node for the GPU type
 
 
 @dataclass(frozen=True)
@@ -106,6 +121,10 @@ class Options:
     image_tag: str = DEFAULT_IMAGE_TAG
     llm: LlmOptions = field(default_factory=LlmOptions)
     steps: tuple[Step, ...] = ()
+    autoscaler: str = "hpa"  # "keda": the overlays include overlays/autoscaling/keda (scale to zero)
+    frontend: str = "kserve"  # kserve (Triton's v2 HTTP/gRPC) or openai (the OpenAI-compatible frontend too)
+    route: str = "none"  # none, or inferencepool: an InferencePool + HTTPRoute under overlays/NAME/route/
+    gateway: str = "triton-gateway"  # [NAMESPACE/]NAME of the Gateway the route attaches to
 
 
 @dataclass(frozen=True)
@@ -128,6 +147,7 @@ class RepoFacts:
     members: dict[str, Member] = field(default_factory=dict)  # step model spelling -> member
     model_files: tuple[str, ...] = ()  # existing files of this model (models/NAME, overlays/NAME, its Flux files)
     flux_entries: tuple[str, ...] = ()  # kustomization entries of this model's existing Flux files
+    picker: Any = None  # inferencepool.EndpointPicker the platform provides (layout file), else None
     layout: Layout = field(default_factory=Layout)  # namespace, Flux sourceRef and dependsOn names
 
 
@@ -285,6 +305,30 @@ def check_options(opts: Options, facts: RepoFacts) -> None:
     if opts.backend in ("tensorrtllm", "ensemble") and opts.version != 1:
         raise InputError(f"--version: {opts.backend} models have no model files to version")
     parse_artifact(opts.artifact, opts.name)
+    if opts.frontend not in FRONTENDS:
+        raise InputError(f"--frontend {opts.frontend!r}: one of {', '.join(FRONTENDS)}")
+    if opts.frontend == "openai" and opts.backend != "tensorrtllm":
+        raise InputError("--frontend openai: only for --backend tensorrtllm (the frontend turns chat and completion "
+                         "requests into TensorRT-LLM's text_input/text_output)")
+    if opts.frontend == "openai" and not opts.llm.streaming:
+        raise InputError("--frontend openai: needs --streaming (the frontend sends the `stream` input with every "
+                         "request)")
+    if opts.route not in ROUTES:
+        raise InputError(f"--route {opts.route!r}: one of {', '.join(ROUTES)}")
+    if opts.route == "inferencepool":
+        gateway_ref(opts.gateway)
+
+
+ROUTES = ("none", "inferencepool")
+FRONTENDS = ("kserve", "openai")
+
+
+def gateway_ref(gateway: str) -> tuple[str | None, str]:
+    """--gateway [NAMESPACE/]NAME as (namespace or None, name)."""
+    ns, _, name = gateway.rpartition("/")
+    if not _DNS_LABEL.fullmatch(name) or (ns and not _DNS_LABEL.fullmatch(ns)):
+        raise InputError(f"--gateway {gateway!r}: expected [NAMESPACE/]NAME of a Gateway (DNS labels)")
+    return ns or None, name
 
 
 def _check_llm(opts: Options) -> None:
@@ -303,33 +347,71 @@ def _check_llm(opts: Options) -> None:
                          "63 characters (a label value); use a shorter NAME")
     if opts.max_batch_size == 0:
         raise InputError("--max-batch-size 0: in-flight batching needs a tensorrtllm max_batch_size of at least 1")
-    for option, value, allowed in (("--model-family", llm.model_family, MODEL_FAMILIES),
-                                   ("--dtype", llm.dtype, DTYPES),
-                                   ("--quantization", llm.quantization, QUANTIZATIONS),
-                                   ("--batch-scheduler-policy", llm.batch_scheduler_policy, SCHEDULER_POLICIES)):
-        if value not in allowed:
-            raise InputError(f"{option} {value!r}: one of {', '.join(allowed)}")
-    for option, value in (("--tp", llm.tp), ("--pp", llm.pp), ("--max-input-len", llm.max_input_len),
+    for option, word, allowed in (("--model-family", llm.model_family, MODEL_FAMILIES),
+                                  ("--dtype", llm.dtype, DTYPES),
+                                  ("--quantization", llm.quantization, QUANTIZATIONS),
+                                  ("--batch-scheduler-policy", llm.batch_scheduler_policy, SCHEDULER_POLICIES)):
+        if word not in allowed:
+            raise InputError(f"{option} {word!r}: one of {', '.join(allowed)}")
+    for option, number in (("--tp", llm.tp), ("--pp", llm.pp), ("--max-input-len", llm.max_input_len),
                           ("--max-seq-len", llm.max_seq_len), ("--max-num-tokens", llm.max_num_tokens)):
-        if value < 1:
-            raise InputError(f"{option} {value}: must be at least 1")
+        if number < 1:
+            raise InputError(f"{option} {number}: must be at least 1")
     if llm.max_input_len >= llm.max_seq_len:
         raise InputError(f"--max-input-len {llm.max_input_len}: must be below --max-seq-len {llm.max_seq_len} "
                          "(the sequence holds the prompt and the generated tokens)")
     if not 0 < llm.kv_cache_free_gpu_mem_fraction <= 1:
         raise InputError(f"--kv-cache-free-gpu-mem-fraction {llm.kv_cache_free_gpu_mem_fraction}: "
                          "must be in (0, 1]")
-    for option, value in (("--hf-model", llm.hf_model), ("--tokenizer-dir", llm.tokenizer_dir),
-                          ("--engine-dir", llm.engine_dir)):
-        if value is not None and (not value.strip() or any(c.isspace() for c in value) or "${" in value):
-            raise InputError(f"--{option.lstrip('-')} {value!r}: expected a path without spaces or ${{...}}")
+    if llm.nodes != 1 or llm.gpus_per_node is not None:
+        _check_nodes(opts)
+    for option, path in (("--hf-model", llm.hf_model), ("--tokenizer-dir", llm.tokenizer_dir),
+                         ("--engine-dir", llm.engine_dir)):
+        if path is not None and (not path.strip() or any(c.isspace() for c in path) or "${" in path):
+            raise InputError(f"--{option.lstrip('-')} {path!r}: expected a path without spaces or ${{...}}")
+
+
+def gpus_per_node(opts: Options) -> int:
+    """GPUs each pod of a multi-node group requests: --gpus-per-node, else the catalog's node shape."""
+    if opts.llm.gpus_per_node is not None:
+        return opts.llm.gpus_per_node
+    entry = gpus().get(opts.gpus[0]) if opts.gpus else None
+    if entry is None or entry.gpus_per_node is None:
+        raise InputError(f"--nodes {opts.llm.nodes}: the GPU catalog has no node shape for {opts.gpus[0]!r}; "
+                         "pass --gpus-per-node")
+    return entry.gpus_per_node
+
+
+def _check_nodes(opts: Options) -> None:
+    """--nodes/--gpus-per-node: tp x pp must fill the group exactly, each pod fits the node shape."""
+    llm = opts.llm
+    if llm.nodes < 1:
+        raise InputError(f"--nodes {llm.nodes}: must be at least 1")
+    if llm.gpus_per_node is not None and llm.gpus_per_node < 1:
+        raise InputError(f"--gpus-per-node {llm.gpus_per_node}: must be at least 1")
+    if llm.nodes == 1:
+        raise InputError("--gpus-per-node: only with --nodes 2 or more (one node asks for tp x pp GPUs)")
+    if len(opts.name) > MAX_MULTINODE_NAME:
+        raise InputError(f"NAME {opts.name!r}: a multi-node model's name has at most {MAX_MULTINODE_NAME} "
+                         f"characters ('{opts.name}{LWS_SUFFIX}-0-1' pods and their StatefulSet labels)")
+    per_node = gpus_per_node(opts)
+    world = llm.tp * llm.pp
+    if world != llm.nodes * per_node:
+        raise InputError(f"--nodes {llm.nodes}: tp {llm.tp} x pp {llm.pp} = {world} GPUs, but {llm.nodes} nodes x "
+                         f"{per_node} GPUs per node = {llm.nodes * per_node}; the engine's world size must fill "
+                         "the group exactly")
+    shape = gpus().get(opts.gpus[0])
+    if shape is not None and shape.gpus_per_node is not None and per_node > shape.gpus_per_node:
+        raise InputError(f"--gpus-per-node {per_node}: a {opts.gpus[0]} node has {shape.gpus_per_node} GPUs; "
+                         "no node could host a pod of the group")
+    if opts.frontend != "kserve":
+        raise InputError(f"--frontend {opts.frontend}: Triton's OpenAI-compatible frontend serves TensorRT-LLM "
+                         "only in single-node orchestrator mode (docs/openai.md); use --nodes 1")
 
 
 # ---- config.pbtxt through Triton's schema ----------------------------------------------------------
 
 def _schema() -> Any:
-    from kubectl_triton.formats import pbtxt
-
     return pbtxt.schema()
 
 
@@ -368,7 +450,6 @@ def format_config(config: Any) -> str:
     checked to parse back into the same message with Triton's schema."""
     from google.protobuf import text_format
 
-    from kubectl_triton.formats import pbtxt
 
     present = [f.name for f, _ in config.ListFields()]
     order = [f for f in _FIELD_ORDER if f in present] + [f for f in present if f not in _FIELD_ORDER]
@@ -458,6 +539,14 @@ def llm_paths(opts: Options) -> dict[str, str]:
             "engine_dir": opts.llm.engine_dir or f"{base}/engines/{opts.gpus[0]}"}
 
 
+# Optional inputs the OpenAI-compatible frontend (server python/openai, Triton 24.12: engine/utils/triton.py
+# _create_trtllm_inference_request) sends to a TensorRT-LLM model besides text_input, stream and max_tokens; the
+# tensorrt_llm model takes them under the same names. (`stop_words` needs a tokenizing step: not scaffolded.)
+OPENAI_SAMPLING = {"frequency_penalty": "FP32", "presence_penalty": "FP32", "random_seed": "UINT64"}
+OPENAI_PORT = 9000  # inferencepool.OPENAI_PORT
+OPENAI_MAIN = "/opt/tritonserver/python/openai/openai_frontend/main.py"
+
+
 def llm_configs(opts: Options) -> dict[str, Any]:
     """preprocessing -> tensorrt_llm -> postprocessing as `ensemble`, like models/llama3-8b."""
     llm, paths = opts.llm, llm_paths(opts)
@@ -472,6 +561,10 @@ def llm_configs(opts: Options) -> dict[str, Any]:
     _io(ensemble.input, Tensor("top_p", fp32, (1,)), optional=True)
     if llm.streaming:
         _io(ensemble.input, Tensor("stream", boolean, (1,)), optional=True)
+    # The OpenAI-compatible frontend passes these sampling parameters through when a client sets them.
+    openai = tuple(OPENAI_SAMPLING.items()) if opts.frontend == "openai" else ()
+    for name, dtype in openai:
+        _io(ensemble.input, Tensor(name, dtype, (1,)), optional=True)
     _io(ensemble.output, Tensor("text_output", string, (-1,)))
     steps = ensemble.ensemble_scheduling.step
     pre = steps.add(model_name="preprocessing", model_version=-1)
@@ -485,6 +578,7 @@ def llm_configs(opts: Options) -> dict[str, Any]:
                            "temperature": "temperature", "runtime_top_p": "top_p"})
     if llm.streaming:
         core.input_map["streaming"] = "stream"
+    core.input_map.update({name: name for name, _ in openai})
     core.output_map.update({"output_ids": "_TOKENS_BATCH", "sequence_length": "_SEQUENCE_LENGTH"})
     post = steps.add(model_name="postprocessing", model_version=-1)
     post.input_map.update({"TOKENS_BATCH": "_TOKENS_BATCH", "SEQUENCE_LENGTH": "_SEQUENCE_LENGTH"})
@@ -508,7 +602,7 @@ def llm_configs(opts: Options) -> dict[str, Any]:
     _io(core_cfg.input, Tensor("input_lengths", i32, (1,)), reshape=())
     _io(core_cfg.input, Tensor("request_output_len", i32, (1,)), reshape=())
     for name, dtype in (("end_id", i32), ("pad_id", i32), ("temperature", fp32), ("runtime_top_p", fp32)) + (
-            (("streaming", boolean),) if llm.streaming else ()):
+            (("streaming", boolean),) if llm.streaming else ()) + openai:
         _io(core_cfg.input, Tensor(name, dtype, (1,)), reshape=(), optional=True)
     _io(core_cfg.output, Tensor("output_ids", i32, (-1, -1)))
     _io(core_cfg.output, Tensor("sequence_length", i32, (-1,)))
@@ -633,7 +727,7 @@ def ensemble_config(opts: Options, members: dict[str, Member]) -> Any:
     for tensor, (_, dtype, dims) in consumed.items():
         t = declared_in.get(tensor)
         _io(config.input, Tensor(tensor, dtype, t.dims if t else dims))
-    outputs = declared_out or {t: None for t in produced if t not in read}
+    outputs: dict[str, Tensor | None] = dict(declared_out) or {t: None for t in produced if t not in read}
     if not outputs:
         raise InputError("--step: every produced tensor is consumed again; name the ensemble outputs with --output")
     for tensor in outputs:
@@ -645,21 +739,7 @@ def ensemble_config(opts: Options, members: dict[str, Member]) -> Any:
     return config
 
 
-# ---- YAML files (text templates in the seed models' exact shape) ------------------------------------
-
-def _q(value: object) -> str:
-    """A YAML scalar: plain when unambiguous, else double-quoted (JSON strings are YAML)."""
-    import json
-
-    text = str(value)
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return text
-    if _PLAIN.fullmatch(text) and text.lower() not in _YAML_WORDS and not re.fullmatch(r"[-+.\d][\d._eE+-]*", text):
-        return text
-    return json.dumps(text)
-
+# ---- YAML files: data dumped by ruamel.yaml (formats/yamldump), in the seed models' shape -------------
 
 def image(opts: Options) -> str:
     flavour = "trtllm-python-py3" if opts.backend == "tensorrtllm" else "py3"
@@ -672,120 +752,219 @@ def artifacts_dir(opts: Options) -> str:
 
 
 def model_yaml(opts: Options) -> str:
+    """models/NAME/model.yaml: what the overlays, the engine-build Job and `validate` read."""
     art = parse_artifact(opts.artifact, opts.name)
-    lines = ["# kubectl-triton model metadata: what the overlays, the engine-build Job and `kubectl triton "
-             "validate` read." if opts.backend == "tensorrtllm" else "# kubectl-triton model metadata.",
-             f"name: {opts.name}", f"backend: {opts.backend}", f"gpus: [{', '.join(opts.gpus)}]",
-             f"image: {_q(image(opts))}", "artifacts:"]
     if art["source"] == "pvc":
-        lines += ["  source: pvc", f"  claim: {ARTIFACTS_CLAIM}", f"  path: {_q(art['path'])}"]
+        artifacts = Y.mapping(source="pvc", claim=ARTIFACTS_CLAIM, path=art["path"])
     else:
-        lines += ["  source: s3", f"  uri: {_q(art['uri'])}", f"  secret: {S3_SECRET}"]
-    if opts.version != 1:
-        lines.append(f"version: {opts.version}")
+        artifacts = Y.mapping(source="s3", uri=art["uri"], secret=S3_SECRET)
+    doc = Y.mapping(name=opts.name, backend=opts.backend, gpus=Y.flow(list(opts.gpus)), image=image(opts),
+                    artifacts=artifacts, version=opts.version if opts.version != 1 else None)
+    header = "kubectl-triton model metadata."
     if opts.backend == "tensorrtllm":
+        header = "kubectl-triton model metadata: what the overlays, the engine-build Job and `kubectl triton " \
+                 "validate` read."
         llm, paths = opts.llm, llm_paths(opts)
         mbs = opts.max_batch_size if opts.max_batch_size is not None else 64
-        lines += ["engine:", f"  model_family: {llm.model_family}", f"  checkpoint: {_q(paths['checkpoint'])}",
-                  f"  tokenizer_dir: {_q(paths['tokenizer_dir'])}", f"  engine_dir: {_q(paths['engine_dir'])}",
-                  f"  tp: {llm.tp}", f"  pp: {llm.pp}", f"  dtype: {llm.dtype}",
-                  f"  quantization: {llm.quantization}", f"  max_batch_size: {mbs}",
-                  f"  max_input_len: {llm.max_input_len}", f"  max_seq_len: {llm.max_seq_len}",
-                  f"  max_num_tokens: {llm.max_num_tokens}"]
-    return "\n".join(lines) + "\n"
+        doc["engine"] = Y.mapping(
+            model_family=llm.model_family, checkpoint=paths["checkpoint"], tokenizer_dir=paths["tokenizer_dir"],
+            engine_dir=paths["engine_dir"], tp=llm.tp, pp=llm.pp, dtype=llm.dtype, quantization=llm.quantization,
+            max_batch_size=mbs, max_input_len=llm.max_input_len, max_seq_len=llm.max_seq_len,
+            max_num_tokens=llm.max_num_tokens)
+        if llm.nodes > 1:
+            doc["engine"]["nodes"] = llm.nodes
+            doc["engine"]["gpus_per_node"] = gpus_per_node(opts)
+            Y.comment(doc["engine"], "nodes", "Served by a LeaderWorkerSet group: tp x pp = nodes x gpus_per_node.", 2)
+    return Y.dumps(doc, header)
 
 
 def deployment_patch(opts: Options, triton_models: list[str]) -> str:
+    """overlays/NAME/model/deployment.yaml: the strategic-merge patch of the base Deployment."""
     llm = opts.backend == "tensorrtllm"
     shm = "16Gi" if llm else "2Gi" if opts.backend in ("python", "ensemble") else "1Gi"
-    head = ["apiVersion: apps/v1", "kind: Deployment", "metadata:", "  name: any", "  annotations:",
-            "    # The Triton models this Deployment serves: what `kubectl triton status` probes.",
-            f"    {TRITON_MODELS_ANNOTATION}: {','.join(sorted(triton_models))}", "spec:"]
+    img = image(opts)
+    annotations = Y.mapping([(TRITON_MODELS_ANNOTATION, ",".join(sorted(triton_models)))])
+    Y.comment(annotations, TRITON_MODELS_ANNOTATION,
+              "The Triton models this Deployment serves: what `kubectl triton status` probes.", 4)
+    spec = Y.mapping(progressDeadlineSeconds=1500 if llm else None)
     if llm:
-        head += ["  # Engine loading takes longer than the base's 10 minutes; stays below the Flux timeout (30m).",
-                 "  progressDeadlineSeconds: 1500"]
-    img = _q(image(opts))
-    body = ["  template:", "    spec:", "      initContainers:", "        - name: assemble-model-repository",
-            f"          image: {img}", "          env:", "            - name: ARTIFACTS_DIR",
-            f"              value: {_q(artifacts_dir(opts))}", "      containers:", "        - name: tritonserver",
-            f"          image: {img}", "          startupProbe:",
-            f"            # {15 if llm else 5} minutes to load the model(s) before liveness checks begin.",
-            f"            failureThreshold: {90 if llm else 30}", "          resources:", "            requests:",
-            f"              memory: {'32Gi' if llm else '4Gi'}", "            limits:",
-            f"              memory: {'64Gi' if llm else '8Gi'}", "      volumes:", "        - name: dshm",
-            "          emptyDir:", "            medium: Memory", f"            sizeLimit: {shm}"]
-    return "\n".join(head + body) + "\n"
+        Y.comment(spec, "progressDeadlineSeconds",
+                  "Engine loading takes longer than the base's 10 minutes; stays below the Flux timeout (30m).", 2)
+    multinode = llm and opts.llm.nodes > 1
+    minutes = 25 if multinode else 15 if llm else 5
+    probe = Y.mapping(failureThreshold=minutes * 6)
+    Y.comment(probe, "failureThreshold", f"{minutes} minutes to load the model(s) before liveness checks begin"
+              + (" (the leader first waits up to 10 for its workers)." if multinode else "."), 12)
+    init = Y.mapping(name="assemble-model-repository", image=img,
+                     env=Y.seq([Y.mapping(name="ARTIFACTS_DIR", value=artifacts_dir(opts))]))
+    server = Y.mapping(name="tritonserver", image=img)
+    if opts.frontend == "openai":
+        paths = llm_paths(opts)
+        server["command"] = Y.flow(["python3", OPENAI_MAIN])
+        server["args"] = Y.seq(["--model-repository=/models", f"--tokenizer={paths['tokenizer_dir']}",
+                                f"--openai-port={OPENAI_PORT}", "--enable-kserve-frontends", "--kserve-http-port=8000",
+                                "--kserve-grpc-port=8001"])
+        Y.comment(server, "command", "Triton in-process behind the OpenAI-compatible frontend (docs/openai.md); KServe "
+                  "v2 HTTP/gRPC stay on 8000/8001 for probes and status.", 10)
+        server["env"] = Y.seq([Y.mapping(name="TRTLLM_ORCHESTRATOR", value="1")])
+        server["ports"] = Y.seq([Y.mapping(name="openai", containerPort=OPENAI_PORT)])
+    server.update(startupProbe=probe, resources=Y.mapping(
+        requests=Y.mapping(memory="32Gi" if llm else "4Gi"), limits=Y.mapping(memory="64Gi" if llm else "8Gi")))
+    dshm = Y.mapping(name="dshm", emptyDir=Y.mapping(medium="Memory", sizeLimit=shm))
+    spec["template"] = Y.mapping(spec=Y.mapping(initContainers=Y.seq([init]), containers=Y.seq([server]),
+                                                volumes=Y.seq([dshm])))
+    doc = Y.mapping(apiVersion="apps/v1", kind="Deployment", metadata=Y.mapping(name="any", annotations=annotations),
+                    spec=spec)
+    return Y.dumps(doc)
 
 
 def component_kustomization(opts: Options, model_files: list[str]) -> str:
+    """overlays/NAME/model/kustomization.yaml: the model Component (model-config ConfigMap, Deployment patch)."""
     name = opts.name
-    lines = [f"# {name}: its Triton model repository (config.pbtxt and python model files from models/{name}/) "
-             "and the",
-             '# settings every GPU overlay of it shares. ConfigMap keys are repository paths with "/" written as "__".',
-             "apiVersion: kustomize.config.k8s.io/v1alpha1", "kind: Component", "configMapGenerator:",
-             "  - name: model-config", "    files:"]
-    lines += [f"      - {rel.replace('/', '__')}=../../../models/{name}/{rel}" for rel in model_files]
+    header = (f"{name}: its Triton model repository (config.pbtxt and python model files from models/{name}/) "
+              "and the\nsettings every GPU overlay of it shares. ConfigMap keys are repository paths with \"/\" "
+              "written as \"__\".")
+    generators = Y.seq([Y.mapping(name="model-config", files=Y.seq(
+        f"{rel.replace('/', '__')}=../../../models/{name}/{rel}" for rel in model_files))])
     art = parse_artifact(opts.artifact, name)
     if art["source"] == "s3":
-        lines += ["  - name: artifact-source", "    literals:", f"      - ARTIFACTS_URI={art['uri']}",
-                  f"      - ARTIFACTS_DIR={artifacts_dir(opts)}"]
-    lines += ["patches:", "  - path: deployment.yaml", "    target:", "      kind: Deployment"]
-    return "\n".join(lines) + "\n"
+        generators.append(Y.mapping(name="artifact-source", literals=Y.seq(
+            [f"ARTIFACTS_URI={art['uri']}", f"ARTIFACTS_DIR={artifacts_dir(opts)}"])))
+    patches = Y.seq([Y.mapping(path="deployment.yaml", target=Y.mapping(kind="Deployment"))])
+    if opts.frontend == "openai":
+        port = Y.mapping(op="add", path="/spec/ports/-",
+                         value=Y.mapping(name="openai", port=OPENAI_PORT, targetPort="openai"))
+        clients = Y.mapping(namespaceSelector=Y.mapping(matchLabels=Y.mapping([("triton.kubectl.io/client", "true")])))
+        rule = Y.mapping(op="add", path="/spec/ingress/-",
+                         value=Y.mapping(**{"from": Y.seq([clients])}, ports=Y.seq([Y.mapping(port="openai")])))
+        patches += [Y.mapping(target=Y.mapping(kind="Service"), patch=Y.literal(Y.dumps(Y.seq([port])))),
+                    Y.mapping(target=Y.mapping(kind="NetworkPolicy"), patch=Y.literal(Y.dumps(Y.seq([rule]))))]
+        Y.comment(patches, 1, f"The OpenAI-compatible frontend's port ({OPENAI_PORT}), for the clients of 8000.", 2)
+    doc = Y.mapping(apiVersion="kustomize.config.k8s.io/v1alpha1", kind="Component", configMapGenerator=generators,
+                    patches=patches)
+    return Y.dumps(doc, header)
+
+
+def _instance_labels(name: str, multinode: bool = False) -> Any:
+    """The labels transformer every serving overlay uses (selectors included, ServiceMonitor's created; a
+    LeaderWorkerSet's pod templates, which kustomize does not know, named)."""
+    pairs = Y.mapping([("app.kubernetes.io/name", "triton-inference-server"), ("app.kubernetes.io/instance", name)])
+    fields = Y.seq([Y.mapping(path="spec/selector/matchLabels", kind="ServiceMonitor", create=True)])
+    if multinode:
+        fields += [Y.mapping(path=f"spec/leaderWorkerTemplate/{t}/metadata/labels", kind="LeaderWorkerSet",
+                             create=True) for t in ("leaderTemplate", "workerTemplate")]
+    return Y.seq([Y.mapping(pairs=pairs, includeSelectors=True, fields=fields)])
 
 
 def serving_kustomization(opts: Options, gpu: str, layout: Layout = DEFAULT_LAYOUT) -> str:
-    lines = ["apiVersion: kustomize.config.k8s.io/v1beta1", "kind: Kustomization", f"namespace: {layout.namespace}",
-             f"namePrefix: {opts.name}-", "labels:", "  - pairs:",
-             "      app.kubernetes.io/name: triton-inference-server", f"      app.kubernetes.io/instance: {opts.name}",
-             "    includeSelectors: true", "    fields:", "      - path: spec/selector/matchLabels",
-             "        kind: ServiceMonitor", "        create: true", "resources:", "  - ../../../base/triton",
-             "components:", "  - ../model", f"  - ../../gpus/{gpu}"]
+    """overlays/NAME/GPU/kustomization.yaml: base + model Component + GPU Component (+ S3, + tp x pp GPUs)."""
+    components = Y.seq(["../model", f"../../gpus/{gpu}"])
     if parse_artifact(opts.artifact, opts.name)["source"] == "s3":
-        lines.append("  - ../../artifacts/s3")
+        components.append("../../artifacts/s3")
+    if opts.autoscaler == "keda":  # scale to zero: a KEDA ScaledObject instead of the base HPA
+        components.append("../../autoscaling/keda")
+    doc = Y.mapping(apiVersion="kustomize.config.k8s.io/v1beta1", kind="Kustomization", namespace=layout.namespace,
+                    namePrefix=f"{opts.name}-",
+                    labels=_instance_labels(opts.name, opts.backend == "tensorrtllm" and opts.llm.nodes > 1),
+                    resources=Y.seq(["../../../base/triton"]), components=components)
+    if opts.autoscaler == "keda":
+        doc["replacements"] = Y.seq([Y.mapping(path="../../autoscaling/keda/replacements.yaml")])
     world = opts.llm.tp * opts.llm.pp if opts.backend == "tensorrtllm" else 1
-    if world > 1:
-        lines += ["patches:", f"  # tp x pp = {world} GPUs per pod (the GPU Component asks for 1).",
-                  "  - target:", "      kind: Deployment", "    patch: |-", "      - op: replace",
-                  "        path: /spec/template/spec/containers/0/resources/limits/nvidia.com~1gpu",
-                  f"        value: {world}"]
-    return "\n".join(lines) + "\n"
+    patches = Y.seq()
+    if opts.route == "inferencepool":
+        # The pool's endpoint pickers (same namespace) read Triton's metrics port; the base admits only monitoring.
+        picker = Y.mapping(podSelector=Y.mapping(matchExpressions=Y.seq([Y.mapping(
+            key="triton.kubectl.io/inference-pool", operator="Exists")])))
+        rule = Y.mapping(op="add", path="/spec/ingress/-", value=Y.mapping(
+            **{"from": Y.seq([picker])}, ports=Y.seq([Y.mapping(port="metrics")])))
+        exempt = Y.mapping(op="add", path="/metadata/annotations", value=Y.mapping(
+            [("triton.kubectl.io/security-exempt", "MetricsExposed: the InferencePool's endpoint picker, in this "
+              "namespace, scores pods by their queue and KV-cache metrics")]))
+        patches.append(Y.mapping(target=Y.mapping(kind="NetworkPolicy"),
+                                 patch=Y.literal(Y.dumps(Y.seq([rule, exempt])))))
+        Y.comment(patches, 0, "The InferencePool's endpoint picker scrapes Triton's metrics (queue, KV cache).", 2)
+    if opts.backend == "tensorrtllm" and opts.llm.nodes > 1:
+        components.append(f"../../../{MULTINODE_BASE}")
+        patches.append(Y.mapping(target=Y.mapping(kind="LeaderWorkerSet"), patch=Y.literal(Y.dumps(group_patch(opts)))))
+        Y.comment(patches, len(patches) - 1, f"{opts.llm.nodes} nodes x {gpus_per_node(opts)} GPUs = tp x pp = "
+                  f"{world} ranks (docs/multinode.md).", 2)
+    elif world > 1:
+        op = Y.seq([Y.mapping(op="replace", path="/spec/template/spec/containers/0/resources/limits/nvidia.com~1gpu",
+                              value=world)])
+        patches.append(Y.mapping(target=Y.mapping(kind="Deployment"), patch=Y.literal(Y.dumps(op))))
+        Y.comment(patches, len(patches) - 1, f"tp x pp = {world} GPUs per pod (the GPU Component asks for 1).", 2)
+    if patches:
+        doc["patches"] = patches
+    return Y.dumps(doc)
+
+
+def mpi_secret(name: str) -> str:
+    """The SSH key Secret of a multi-node model's group (created out of git: docs/multinode.md)."""
+    return f"{name}-mpi-ssh"
+
+
+def group_patch(opts: Options) -> Any:
+    """The serving overlay's JSON patch of the LeaderWorkerSet: group size, GPUs per pod, world size and the SSH
+    key Secret (both templates hold the one tritonserver container of the base)."""
+    per_node = gpus_per_node(opts)
+    group = "/spec/leaderWorkerTemplate"
+    ops = Y.seq([Y.mapping(op="replace", path=f"{group}/size", value=opts.llm.nodes)])
+    for template, key in (("leaderTemplate", "id_ed25519"), ("workerTemplate", "authorized_keys")):
+        pod = f"{group}/{template}/spec"
+        ops.append(Y.mapping(op="replace", path=f"{pod}/containers/0/resources/limits/nvidia.com~1gpu",
+                             value=per_node))
+        for name, value in (("WORLD_SIZE", opts.llm.tp * opts.llm.pp), ("GPUS_PER_NODE", per_node)):
+            ops.append(Y.mapping(op="add", path=f"{pod}/containers/0/env/-",
+                                 value=Y.mapping(name=name, value=str(value))))
+        secret = Y.mapping(secretName=mpi_secret(opts.name), defaultMode=0o400,
+                           items=Y.seq([Y.mapping(key=key, path=key)]))
+        ops.append(Y.mapping(op="add", path=f"{pod}/volumes/-", value=Y.mapping(name="mpi-ssh", secret=secret)))
+    return ops
 
 
 def engine_build_kustomization(opts: Options, gpu: str, layout: Layout = DEFAULT_LAYOUT) -> str:
+    """overlays/NAME/GPU-engine-build/kustomization.yaml: the engine-build Job for this model and GPU."""
     name = opts.name
-    lines = ["apiVersion: kustomize.config.k8s.io/v1beta1", "kind: Kustomization", f"namespace: {layout.namespace}",
-             f"namePrefix: {name}-{gpu}-", "labels:", "  - pairs:", f"      app.kubernetes.io/instance: {name}",
-             "resources:", "  - ../../../base/engine-build", "components:", f"  - ../../gpus/{gpu}",
-             "configMapGenerator:", "  - name: engine-build-model", "    files:",
-             f"      - model.yaml=../../../models/{name}/model.yaml"]
+    doc = Y.mapping(apiVersion="kustomize.config.k8s.io/v1beta1", kind="Kustomization", namespace=layout.namespace,
+                    namePrefix=f"{name}-{gpu}-",
+                    labels=Y.seq([Y.mapping(pairs=Y.mapping([("app.kubernetes.io/instance", name)]))]),
+                    resources=Y.seq(["../../../base/engine-build"]), components=Y.seq([f"../../gpus/{gpu}"]),
+                    configMapGenerator=Y.seq([Y.mapping(name="engine-build-model", files=Y.seq(
+                        [f"model.yaml=../../../models/{name}/model.yaml"]))]))
     img = image(opts)
     if img != BASE_ENGINE_BUILD_IMAGE:
-        lines += ["patches:", "  # The same image as serving: TensorRT-LLM versions must match at load time.",
-                  "  - target:", "      kind: Job", "    patch: |-", "      apiVersion: batch/v1", "      kind: Job",
-                  "      metadata:", "        name: any", "      spec:", "        template:", "          spec:",
-                  "            containers:", "              - name: engine-build", f"                image: {_q(img)}",
-                  "                env:", "                  - name: TRITON_IMAGE",
-                  f"                    value: {_q(img)}"]
-    return "\n".join(lines) + "\n"
+        container = Y.mapping(name="engine-build", image=img,
+                              env=Y.seq([Y.mapping(name="TRITON_IMAGE", value=img)]))
+        job = Y.mapping(apiVersion="batch/v1", kind="Job", metadata=Y.mapping(name="any"), spec=Y.mapping(
+            template=Y.mapping(spec=Y.mapping(containers=Y.seq([container])))))
+        patches = Y.seq([Y.mapping(target=Y.mapping(kind="Job"), patch=Y.literal(Y.dumps(job)))])
+        Y.comment(patches, 0, "The same image as serving: TensorRT-LLM versions must match at load time.", 2)
+        doc["patches"] = patches
+    return Y.dumps(doc)
 
 
 def flux_kustomization(name: str, path: str, *, timeout: str, depends: tuple[str, ...] = (),
                        force: bool = False, layout: Layout = DEFAULT_LAYOUT) -> str:
-    lines = ["apiVersion: kustomize.toolkit.fluxcd.io/v1", "kind: Kustomization", "metadata:", f"  name: {name}",
-             "  namespace: flux-system", "spec:", "  interval: 10m", "  retryInterval: 1m", f"  timeout: {timeout}",
-             f"  path: ./{path}", "  prune: true", "  wait: true"]
+    """clusters/CLUSTER/models/NAME.yaml: the Flux Kustomization that applies one overlay (dependsOn and sourceRef:
+    the layout file's names)."""
+    spec = Y.mapping(interval="10m", retryInterval="1m", timeout=timeout, path=f"./{path}", prune=True, wait=True,
+                     force=True if force else None)
     if force:
-        lines += ["  # A Job's pod template is immutable: recreate it when the build options change.", "  force: true"]
-    needs = (*layout.depends_on, *depends)  # dependsOn and sourceRef: the layout file's names
-    lines += ["  dependsOn:", *(f"    - name: {d}" for d in needs)] if needs else []
-    lines += ["  sourceRef:", f"    kind: {layout.source_kind}", f"    name: {layout.source_name}"]
+        Y.comment(spec, "force", "A Job's pod template is immutable: recreate it when the build options change.", 2)
+    needs = (*layout.depends_on, *depends)
+    if needs:
+        spec["dependsOn"] = Y.seq(Y.mapping(name=d) for d in needs)
+    source = Y.mapping(kind=layout.source_kind, name=layout.source_name)
     if layout.source_namespace != "flux-system":
-        lines.append(f"    namespace: {layout.source_namespace}")
-    return "\n".join(lines) + "\n"
+        source["namespace"] = layout.source_namespace
+    spec["sourceRef"] = source
+    doc = Y.mapping(apiVersion="kustomize.toolkit.fluxcd.io/v1", kind="Kustomization",
+                    metadata=Y.mapping(name=name, namespace="flux-system"), spec=spec)
+    return Y.dumps(doc)
 
 
 def _template(name: str) -> str:
-    return resources.files("kubectl_triton").joinpath("data", "templates", name).read_text(encoding="utf-8")
+    return data_text("templates", name)
 
 
 # ---- the whole model --------------------------------------------------------------------------------
@@ -840,8 +1019,6 @@ def model_files(opts: Options, facts: RepoFacts) -> dict[str, str]:
 
 def render(opts: Options, facts: RepoFacts) -> dict[str, str]:
     """Every file add-model writes, repository-relative path -> content (the cluster kustomization included)."""
-    from kubectl_triton.formats.yamledit import edit_resources
-
     check_options(opts, facts)
     name = opts.name
     inner = model_files(opts, facts)
@@ -871,6 +1048,16 @@ def render(opts: Options, facts: RepoFacts) -> dict[str, str]:
             f"{name}-{gpu}", f"overlays/{name}/{gpu}", timeout="30m" if depends else "15m", depends=depends,
             layout=facts.layout)
         entries.append(f"{name}-{gpu}.yaml")
+    if opts.route == "inferencepool":
+        multinode = opts.backend == "tensorrtllm" and opts.llm.nodes > 1
+        for rel, text in inferencepool.route_files(name, sorted(triton_models), gateway=gateway_ref(opts.gateway),
+                                                   multinode=multinode, picker=facts.picker,
+                                                   openai=opts.frontend == "openai").items():
+            files[f"overlays/{name}/route/{rel}"] = text
+        files[f"{flux_dir}/{name}-route.yaml"] = flux_kustomization(
+            f"{name}-route", f"overlays/{name}/route", timeout="5m", depends=(f"{name}-{opts.gpus[0]}",),
+            layout=facts.layout)
+        entries.append(f"{name}-route.yaml")
     source = f"{flux_dir}/kustomization.yaml"
     stale = [e for e in facts.flux_entries if e not in entries]
     updated = edit_resources(facts.cluster_kustomization, add=entries, remove=stale, source=source)
@@ -926,8 +1113,6 @@ def _files_under(root: Path, rel: str) -> list[str]:
 
 def find_members(root: Path, steps: tuple[Step, ...], exclude: str) -> dict[str, Member]:
     """The models ensemble steps name: models/*/MODEL/ (or models/DIR/MODEL/), models/`exclude` skipped."""
-    from kubectl_triton.formats import pbtxt
-
     out: dict[str, Member] = {}
     for step in steps:
         if step.model in out:
@@ -957,8 +1142,6 @@ def find_members(root: Path, steps: tuple[Step, ...], exclude: str) -> dict[str,
 
 def read_facts(root: Path, opts: Options, cluster: str | None) -> RepoFacts:
     """Everything `render`/`plan` need from the repository at `root`."""
-    from kubectl_triton.gitops.repo import flux_kustomizations
-
     validate_name(opts.name)
     name = opts.name
     overlay_dir = root / "overlays" / name
@@ -986,8 +1169,14 @@ def read_facts(root: Path, opts: Options, cluster: str | None) -> RepoFacts:
             if (root / rel).exists() and rel not in existing:
                 existing.append(rel)
     members = find_members(root, opts.steps, exclude=name) if opts.backend == "ensemble" else {}
+    picker = None
+    if opts.route == "inferencepool":
+        picker = platform_picker(root, LAYOUT_FILE)
+    rel = f"clusters/{cluster_name}/models/{name}-route.yaml"
+    if (root / rel).exists() and rel not in existing:
+        existing.append(rel)
     return RepoFacts(gpus=gpu_keys(root), cluster=cluster_name, cluster_kustomization=ktext, members=members,
-                     model_files=tuple(sorted(existing)), flux_entries=tuple(flux_entries),
+                     model_files=tuple(sorted(existing)), flux_entries=tuple(flux_entries), picker=picker,
                      layout=Repository.at(root).layout)
 
 
@@ -1000,7 +1189,6 @@ def write_plan(root: Path, todo: Plan) -> None:
     """Write every file of `todo` into a temporary folder inside `root`, then move them into place; on any
     failure undo every move, so the tree is byte-for-byte as before. Raises InputError naming the file."""
     root = root.resolve()
-    from kubectl_triton.gitops.layout import confine
 
     for rel in [*todo.files, *todo.delete]:
         if rel.startswith("/") or ".." in rel.split("/"):

@@ -6,6 +6,7 @@ to probe, puts what it got into the Snapshot, and calls `diagnose`.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable
 from datetime import datetime, timezone
@@ -26,13 +27,16 @@ from kubectl_triton.status.model import (
     Reason,
     Snapshot,
 )
-from kubectl_triton.status.reasons import reason
+from kubectl_triton.status.reasons import FIXES, reason
 
 NAME_LABEL = "app.kubernetes.io/name"
 INSTANCE_LABEL = "app.kubernetes.io/instance"
 TRITON_NAME = "triton-inference-server"
 TRITON_CONTAINER = "tritonserver"
 TRITON_SELECTOR = f"{NAME_LABEL}={TRITON_NAME}"
+ENGINE_BUILD_NAME = "triton-engine-build"  # base/engine-build's Job and its pods
+ENGINE_BUILD_SELECTOR = f"{NAME_LABEL}={ENGINE_BUILD_NAME}"
+POD_SELECTOR = f"{NAME_LABEL} in ({TRITON_NAME},{ENGINE_BUILD_NAME})"
 DEFAULT_HTTP_PORT = 8000
 UNSCHEDULABLE_GRACE_S = 60.0
 CRASHES_BEFORE_GIVING_UP = 3  # a crash loop without a known signature is terminal after this many restarts
@@ -46,6 +50,9 @@ _SELECTOR_MISMATCH = re.compile(r"didn't match (pod's )?node (affinity|selector)
 _FLUX_PROGRESSING = {"Progressing", "ProgressingWithRetry", "DependencyNotReady"}
 _FLUX_RETRYING = {"HealthCheckFailed"}  # Flux retries; the pod-level reasons say why
 _HPA_METRIC_FAILURES = re.compile(r"FailedGet.*Metric|InvalidMetricSourceType|FailedComputeMetricsReplicas")
+_HPA_CONDITIONS_ANN = "autoscaling.alpha.kubernetes.io/conditions"  # autoscaling/v1's conditions
+_LIVENESS_KILL = re.compile(r"failed liveness probe", re.I)
+_FINISHED = {"Failed", "Succeeded"}
 
 
 # -- small accessors ------------------------------------------------------------------------------------
@@ -106,12 +113,27 @@ def pods_of(deployment: dict, pods: Iterable[dict]) -> list[dict]:
                   key=lambda p: _meta(p).get("name", ""))
 
 
+def core_event(e: dict) -> dict:
+    """An Event in core v1's shape (involvedObject, message, count), whether it was read as v1 or as
+    events.k8s.io/v1 (regarding, note, deprecatedCount or series.count)."""
+    if "involvedObject" in e or "regarding" not in e:
+        return e
+    count = (e.get("series") or {}).get("count") or e.get("deprecatedCount") or 1
+    return {**e, "involvedObject": e.get("regarding") or {}, "message": e.get("note", ""), "count": count,
+            "source": {"component": e.get("reportingController", "")}}
+
+
 def events_of(obj: dict, events: Iterable[dict]) -> list[dict]:
+    """The events about `obj` (either Event API's shape), in core v1's shape."""
     ns, name = _ns_name(obj)
     kind = obj.get("kind")
-    return [e for e in events if (e.get("involvedObject") or {}).get("name") == name
-            and (e.get("involvedObject") or {}).get("kind") == kind
-            and (_meta(e).get("namespace") == ns or (e.get("involvedObject") or {}).get("namespace") == ns)]
+    out = []
+    for e in map(core_event, events):
+        inv = e.get("involvedObject") or {}
+        if inv.get("name") == name and inv.get("kind") == kind and (_meta(e).get("namespace") == ns
+                                                                     or inv.get("namespace") == ns):
+            out.append(e)
+    return out
 
 
 def hpa_of(deployment: dict, hpas: Iterable[dict]) -> dict | None:
@@ -152,7 +174,7 @@ def expected_models(deployment_or_pod: dict) -> list[str]:
     --load-model=NAME. Without either only the server's readiness is probed."""
     spec = (deployment_or_pod.get("spec") or {})
     spec = (spec.get("template") or {}).get("spec") or spec
-    container = next((c for c in spec.get("containers") or [] if c.get("name") == TRITON_CONTAINER), {})
+    container: dict = next((c for c in spec.get("containers") or [] if c.get("name") == TRITON_CONTAINER), {})
     labels, ann = _labels(deployment_or_pod), _meta(deployment_or_pod).get("annotations") or {}
     names = [n.strip() for n in str(ann.get(TRITON_MODELS_ANN, "")).split(",")]
     if labels.get(TRACK_LABEL) and ann.get(TRITON_MODEL_ANN):  # a canary: the version it must serve
@@ -183,6 +205,10 @@ def _log_request(pod: dict, cs: dict, events: list[dict]) -> LogRequest | None:
     waiting = (state.get("waiting") or {}).get("reason")
     if waiting in _CRASH_WAITING and last.get("terminated"):
         return LogRequest(ns, name, cs["name"], True, (_meta(pod).get("uid"), cs["name"], restarts, "previous"))
+    last_term = last.get("terminated") or {}
+    if state.get("running") and restarts and last_term and last_term.get("reason") != "Completed":
+        # restarted after a crash and not ready (yet): the cause is in the instance that died
+        return LogRequest(ns, name, cs["name"], True, (_meta(pod).get("uid"), cs["name"], restarts, "previous"))
     if state.get("running"):
         unhealthy = _unhealthy_count(pod, events)
         if unhealthy:  # probes fail: Triton may have logged why (e.g. a model that failed to load)
@@ -192,14 +218,16 @@ def _log_request(pod: dict, cs: dict, events: list[dict]) -> LogRequest | None:
 
 
 def log_requests(snapshot: Snapshot) -> list[LogRequest]:
-    """One log read per failing container of a Triton pod."""
+    """One log read per failing container of a Triton pod or an engine-build pod."""
     out = []
-    for dep in snapshot.deployments:
-        for pod in pods_of(dep, snapshot.pods):
-            for cs, _ in _container_statuses(pod):
-                req = _log_request(pod, cs, snapshot.events)
-                if req:
-                    out.append(req)
+    pods = [p for dep in snapshot.deployments for p in pods_of(dep, snapshot.pods)
+            if (p.get("status") or {}).get("phase") not in _FINISHED]
+    pods += [p for job in snapshot.jobs for p in job_pods(job, snapshot.pods)]
+    for pod in pods:
+        for cs, _ in _container_statuses(pod):
+            req = _log_request(pod, cs, snapshot.events)
+            if req:
+                out.append(req)
     return out
 
 
@@ -235,6 +263,12 @@ def diagnose(snapshot: Snapshot, models: Iterable[str] = (), *, namespace: str =
         results.append(diagnose_model(dep, snapshot, now, unschedulable_grace_s))
         pairs.append((dep, results[-1]))
     _tracks(snapshot, pairs)
+    for job in sorted(snapshot.jobs, key=lambda j: _ns_name(j)):
+        instance = _labels(job).get(INSTANCE_LABEL)
+        if wanted and instance not in wanted:
+            continue
+        seen.add(instance)
+        results.append(diagnose_job(job, snapshot, now, unschedulable_grace_s))
     for name in wanted:
         if name not in seen:
             results.append(ModelStatus(name, namespace, UNKNOWN, "-", None, [reason(
@@ -295,17 +329,25 @@ def diagnose_model(dep: dict, snap: Snapshot, now: datetime, grace: float) -> Mo
     spec, status = dep.get("spec") or {}, dep.get("status") or {}
     replicas = int(spec.get("replicas", 1))
     ready = f"{int(status.get('readyReplicas') or 0)}/{replicas}"
-    pods = pods_of(dep, snap.pods)
+    all_pods = pods_of(dep, snap.pods)
+    # Pods the kubelet finished (evicted, rejected at admission) are history the ReplicaSet replaced: they
+    # weigh only while the Deployment is short of ready replicas, and never as a crash in progress.
+    pods = [p for p in all_pods if (p.get("status") or {}).get("phase") not in _FINISHED]
+    short = int(status.get("readyReplicas") or 0) < replicas
     pod_reasons: list[Reason] = []
     for pod in pods:
         pod_reasons += _pod_reasons(pod, snap, now, grace)
+    for pod in all_pods:
+        if pod not in pods:
+            pod_reasons += _finished_pod_reasons(pod, short=short)
     if snap.probing:
         for pod in pods:
             probe = snap.probes.get(_ns_name(pod))
             if probe is not None:
                 pod_reasons += _probe_reasons(pod, probe)
     reasons = _dedupe(pod_reasons)
-    reasons += _deployment_reasons(dep, has_pod_reasons=any(r.severity != SEV_WARNING for r in reasons))
+    reasons += _deployment_reasons(dep, has_pod_reasons=any(r.severity not in (SEV_WARNING, SEV_UNKNOWN)
+                                                            for r in reasons))
     ks = kustomizations_of(dep, snap.kustomizations)
     for k in ks:
         reasons += _flux_reasons(k)
@@ -338,6 +380,19 @@ def _dedupe(reasons: list[Reason]) -> list[Reason]:
                            first.terminal)
         out.append(first)
     return out
+
+
+def _finished_pod_reasons(pod: dict, *, short: bool) -> list[Reason]:
+    """An evicted pod or one the kubelet refused at admission (phase Failed, never a crash in progress)."""
+    _, name = _ns_name(pod)
+    status = pod.get("status") or {}
+    why, msg = status.get("reason") or "", _first_line(status.get("message"))
+    if why == "UnexpectedAdmissionError":
+        return [reason("UnexpectedAdmissionError", f"the kubelet rejected pod {name}: {msg or why}",
+                       SEV_FAILED if short else SEV_WARNING)]
+    if why == "Evicted":
+        return [reason("PodEvicted", f"pod {name} was evicted: {msg or why}", SEV_WARNING)]
+    return []
 
 
 def _pod_reasons(pod: dict, snap: Snapshot, now: datetime, grace: float) -> list[Reason]:
@@ -382,24 +437,53 @@ def _container_reasons(pod: dict, cs: dict, init: bool, events: list[dict], snap
     out: list[Reason] = []
 
     log_sigs: list[Reason] = []
+    log_text: str | None = None
     req = _log_request(pod, cs, snap.events)
     if req is not None and req.target in snap.logs:
-        log_sigs = signatures.match(snap.logs[req.target], container=cname, pod=pname)
-        log_sigs = [Reason(r.code, f"{where}: {r.message}", r.fix, r.severity, r.terminal) for r in log_sigs]
+        log_text = snap.logs[req.target]
+        log_sigs = signatures.match(log_text, container=cname, pod=pname)
+        which = "previous instance of " if req.previous else ""
+        log_sigs = [Reason(r.code, f"{which}{where}: {r.message}", r.fix, r.severity, r.terminal) for r in log_sigs]
     out += log_sigs
 
     terminated = state.get("terminated") or {}
     last_term = last.get("terminated") or {}
+    # A container running and ready now: its lastState is history (an old OOM kill, a probe restart).
+    healed = bool(state.get("running")) and bool(cs.get("ready"))
+    running_again = bool(state.get("running")) and not cs.get("ready") and restarts > 0 and bool(last_term) \
+        and last_term.get("reason") != "Completed"
     if "OOMKilled" in (terminated.get("reason"), last_term.get("reason")):
         limit = ((_spec_container(pod, cname).get("resources") or {}).get("limits") or {}).get("memory")
-        out.append(reason("OOMKilled", f"{where} was killed for exceeding its memory limit"
-                          + (f" ({limit})" if limit else "") + f"; restarts: {restarts}", SEV_FAILED, terminal=True))
-    if wreason == "CrashLoopBackOff":
+        if healed:
+            out.append(reason("OOMKilled", f"{where} was OOM-killed earlier (at {last_term.get('finishedAt', '?')}"
+                              f", restarts: {restarts}); it is running and ready since "
+                              f"{(state.get('running') or {}).get('startedAt', '?')}", SEV_WARNING))
+        else:
+            out.append(reason("OOMKilled", f"{where} was killed for exceeding its memory limit"
+                              + (f" ({limit})" if limit else "") + f"; restarts: {restarts}", SEV_FAILED,
+                              terminal=True))
+    liveness = [e for e in events if e.get("reason") == "Killing" and _LIVENESS_KILL.search(e.get("message") or "")
+                and f"Container {cname} " in (e.get("message") or "")]
+    if liveness and not healed and not init and last_term.get("reason") != "OOMKilled":
+        count = sum(int(e.get("count") or 1) for e in liveness)
+        unhealthy = next((e.get("message", "") for e in reversed(events) if e.get("reason") == "Unhealthy"
+                          and "liveness" in (e.get("message") or "").lower()), "")
+        code = last_term.get("exitCode")
+        out.append(reason("LivenessProbeKilled", f"{where} was restarted {count}x by its liveness probe"
+                          + (f" (exit code {code})" if code is not None else "") + (f": {unhealthy.strip()}"
+                                                                                   if unhealthy else ""),
+                          SEV_FAILED, terminal=count >= 2 and not log_sigs))
+    if wreason == "CrashLoopBackOff" or running_again:
         code = last_term.get("exitCode")
         detail = f"restarts: {restarts}" + (f", last exit code {code}" if code is not None else "") + \
                  (f" ({last_term.get('reason')})" if last_term.get("reason") else "")
         terminal = bool(log_sigs) or restarts >= CRASHES_BEFORE_GIVING_UP or "OOMKilled" in detail
-        out.append(reason("CrashLoopBackOff", f"{where} keeps crashing ({detail})", SEV_FAILED, terminal=terminal))
+        quoted = signatures.error_lines(log_text) if log_text and not log_sigs else []
+        what = "keeps crashing" if wreason == "CrashLoopBackOff" else "crashed and runs again, not ready"
+        msg = f"{where} {what} ({detail})" + (": " + " / ".join(f'"{q}"' for q in quoted) if quoted else "")
+        sev = SEV_FAILED if wreason == "CrashLoopBackOff" or terminal else SEV_PROGRESSING
+        fix = FIXES["CrashLoopBackOff"] if log_sigs else _crash_fix(quoted, log_text)
+        out.append(Reason("CrashLoopBackOff", msg, fix, sev, terminal and sev == SEV_FAILED))
     elif wreason in _IMAGE_PULL:
         image = cs.get("image") or _spec_container(pod, cname).get("image", "")
         hopeless = wreason != "ErrImagePull" or bool(_IMAGE_PULL_HOPELESS.search(wmsg))
@@ -410,11 +494,25 @@ def _container_reasons(pod: dict, cs: dict, init: bool, events: list[dict], snap
         out.append(reason("CreateContainerConfigError", f"{where} cannot be created: {wmsg or wreason}",
                           SEV_FAILED, terminal=True))
     elif terminated and terminated.get("reason") != "Completed" and not log_sigs and "OOMKilled" not in str(terminated):
-        out.append(reason("CrashLoopBackOff", f"{where} exited with code {terminated.get('exitCode')} "
-                          f"({terminated.get('reason', 'Error')})", SEV_PROGRESSING))
+        quoted = signatures.error_lines(log_text) if log_text else []
+        out.append(Reason("CrashLoopBackOff", f"{where} exited with code {terminated.get('exitCode')} "
+                          f"({terminated.get('reason', 'Error')})"
+                          + (": " + " / ".join(f'"{q}"' for q in quoted) if quoted else ""),
+                          _crash_fix(quoted, log_text), SEV_FAILED if restarts >= 2 else SEV_PROGRESSING))
     if state.get("running") and not cs.get("started", cs.get("ready")) and not init:
         out += _startup_reasons(pod, cs, events, where)
     return out
+
+
+def _crash_fix(quoted: list[str], log_text: str | None) -> str:
+    """CrashLoopBackOff's fix: point at the quoted lines when there are some, else say how to read the log."""
+    if quoted:
+        return FIXES["CrashLoopBackOff"]
+    if log_text is None:
+        return ("The log was not read here: read it with `kubectl logs --previous POD -c CONTAINER` and fix the "
+                "model or server arguments in git.")
+    return ("The log's last lines show no error: read more of it (`kubectl logs --previous POD -c CONTAINER`); "
+            "exit code 137 without OOMKilled means the container was killed (probe or eviction), 139 a crash.")
 
 
 def _startup_reasons(pod: dict, cs: dict, events: list[dict], where: str) -> list[Reason]:
@@ -437,12 +535,8 @@ def _startup_reasons(pod: dict, cs: dict, events: list[dict], where: str) -> lis
 
 def _probe_reasons(pod: dict, probe: Probe) -> list[Reason]:
     _, pname = _ns_name(pod)
-    pod_ready = (_condition(pod, "Ready") or {}).get("status") == "True"
     if probe.error:
-        sev = SEV_UNKNOWN if pod_ready else SEV_PROGRESSING
-        what = "cannot be reached" if pod_ready else "is not answering yet"
-        return [reason("TritonNotReady", f"Triton in pod {pname} {what} through the API server proxy: "
-                       f"{probe.error}", sev)]
+        return []  # the probe is an enrichment: the collector notes once why it was skipped
     out = []
     if probe.server_ready is False:
         out.append(reason("TritonNotReady", f"Triton in pod {pname} answers /v2/health/ready with "
@@ -456,35 +550,59 @@ def _probe_reasons(pod: dict, probe: Probe) -> list[Reason]:
 
 
 def _deployment_reasons(dep: dict, *, has_pod_reasons: bool) -> list[Reason]:
-    """kstatus semantics for Deployments: InProgress until observed, updated, available and ready."""
+    """kstatus semantics for Deployments (cli-utils pkg/kstatus/status/core.go): InProgress until the
+    generation is observed, replicas created, updated, available and ready, the Progressing condition says
+    NewReplicaSetAvailable and Available is True; Failed on ProgressDeadlineExceeded. Also the controller's
+    ReplicaFailure (FailedCreate: quota, admission) and spec.paused."""
     _, name = _ns_name(dep)
     spec, status = dep.get("spec") or {}, dep.get("status") or {}
-    progressing = _condition(dep, "Progressing") or {}
-    if progressing.get("status") == "False" and progressing.get("reason") == "ProgressDeadlineExceeded":
-        deadline = spec.get("progressDeadlineSeconds", 600)
-        return [reason("ProgressDeadlineExceeded", f"Deployment {name} made no progress for {deadline}s: "
-                       f"{progressing.get('message', '')}".rstrip(": "), SEV_FAILED, terminal=True)]
     replicas = int(spec.get("replicas", 1))
     generation = int(_meta(dep).get("generation") or 0)
     observed = int(status.get("observedGeneration") or 0)
+    out: list[Reason] = []
+    failure = _condition(dep, "ReplicaFailure")
+    if failure and failure.get("status") == "True":
+        why = _first_line(failure.get("message"))
+        code = "QuotaExceeded" if re.search(r"(exceeded|failed) quota", why, re.I) else "ReplicaFailure"
+        out.append(reason(code, f"Deployment {name} cannot create pods ({failure.get('reason', '')}): {why}",
+                          SEV_FAILED, terminal=True))
+    progressing = _condition(dep, "Progressing") or {}
+    if observed >= generation and progressing.get("reason") == "ProgressDeadlineExceeded":
+        deadline = spec.get("progressDeadlineSeconds", 600)
+        return out + [reason("ProgressDeadlineExceeded", f"Deployment {name} made no progress for {deadline}s: "
+                             f"{progressing.get('message', '')}".rstrip(": "), SEV_FAILED, terminal=True)]
     updated = int(status.get("updatedReplicas") or 0)
     available = int(status.get("availableReplicas") or 0)
     ready = int(status.get("readyReplicas") or 0)
     total = int(status.get("replicas") or 0)
+    # (a paused Deployment's controller replaces the condition with DeploymentPaused: the counts say the rest)
+    new_rs_available = "progressDeadlineSeconds" not in spec or progressing.get("reason") == "DeploymentPaused" or (
+        progressing.get("status") == "True" and progressing.get("reason") == "NewReplicaSetAvailable")
+    available_cond = (_condition(dep, "Available") or {}).get("status") == "True"
+    msg: str | None = None
     if observed < generation:
         msg = f"Deployment {name} generation {generation} not yet observed by the controller (at {observed})"
+    elif replicas > total:
+        msg = f"Deployment {name}: {total} of {replicas} replicas created"
     elif updated < replicas:
         msg = f"Deployment {name}: {updated} of {replicas} replicas updated"
-    elif total > updated:
-        msg = f"Deployment {name}: {total - updated} old replicas pending termination"
+    elif total > replicas:
+        msg = f"Deployment {name}: {total - replicas} old replicas pending termination"
     elif available < updated:
         msg = f"Deployment {name}: {available} of {updated} updated replicas available"
     elif ready < replicas:
         msg = f"Deployment {name}: {ready} of {replicas} replicas ready"
-    else:
-        return []
-    if has_pod_reasons:
-        return []  # the pod-level reasons say why the rollout does not progress
+    elif not new_rs_available:
+        msg = f"Deployment {name}: the new ReplicaSet is not available yet (Progressing: " \
+              f"{progressing.get('reason') or 'not reported'})"
+    elif not available_cond:
+        msg = f"Deployment {name} is not Available yet"
+    if spec.get("paused"):
+        return out + [reason("RolloutPaused", f"Deployment {name} is paused (spec.paused)"
+                             + (f" mid-rollout: {msg.split(': ', 1)[-1]}" if msg else
+                                ": later changes will not roll out"), SEV_PROGRESSING if msg else SEV_WARNING)]
+    if msg is None or has_pod_reasons or out:
+        return out  # the pod-level reasons say why the rollout does not progress
     return [reason("RolloutInProgress", msg, SEV_PROGRESSING)]
 
 
@@ -509,21 +627,97 @@ def _flux_reasons(k: dict) -> list[Reason]:
                           f"{_first_line(ready.get('message'))}", SEV_PROGRESSING, situation="flux-reconciling"))
     applied, attempted = status.get("lastAppliedRevision"), status.get("lastAttemptedRevision")
     if attempted and attempted != applied:
-        failed = bool(ready) and ready.get("status") == "False" and ready.get("reason") not in _FLUX_PROGRESSING
+        failed = ready is not None and ready.get("status") == "False" and ready.get("reason") not in _FLUX_PROGRESSING
         out.append(reason("FluxRevisionBehind", f"{ref} attempted {short_revision(attempted)} but the cluster "
                           f"runs {short_revision(applied) or 'nothing applied yet'}",
                           SEV_FAILED if failed else SEV_PROGRESSING))
     return out
 
 
+def _hpa_conditions(h: dict) -> list[dict]:
+    """An HPA's conditions: autoscaling/v2's status.conditions, or autoscaling/v1's annotation."""
+    conds = (h.get("status") or {}).get("conditions")
+    if conds:
+        return conds
+    raw = (_meta(h).get("annotations") or {}).get(_HPA_CONDITIONS_ANN)
+    try:
+        parsed = json.loads(raw) if raw else []
+    except ValueError:
+        return []
+    return parsed if isinstance(parsed, list) else []
+
+
 def _hpa_reasons(h: dict) -> list[Reason]:
+    """AbleToScale=False (cannot read or update the scale) and ScalingActive=False (no metric, disabled, bad
+    selector): warnings, the model serves at its current replica count."""
     _, name = _ns_name(h)
-    for type_ in ("ScalingActive", "AbleToScale"):
-        cond = _condition(h, type_)
-        if cond and cond.get("status") == "False" and _HPA_METRIC_FAILURES.search(cond.get("reason", "")):
-            return [reason("HPAMetricUnavailable", f"HPA {name} cannot compute a replica count "
-                           f"({cond.get('reason')}): {_first_line(cond.get('message'))}", SEV_WARNING)]
+    conds = {c.get("type"): c for c in _hpa_conditions(h) if isinstance(c, dict)}
+    active, able = conds.get("ScalingActive") or {}, conds.get("AbleToScale") or {}
+    if active.get("status") == "False" and _HPA_METRIC_FAILURES.search(active.get("reason", "")):
+        return [reason("HPAMetricUnavailable", f"HPA {name} cannot compute a replica count "
+                       f"({active.get('reason')}): {_first_line(active.get('message'))}", SEV_WARNING)]
+    for cond in (able, active):
+        if cond.get("status") == "False":
+            return [reason("HPAUnableToScale", f"HPA {name} {cond.get('type')}=False ({cond.get('reason')}): "
+                           f"{_first_line(cond.get('message'))}", SEV_WARNING)]
     return []
+
+
+# -- engine-build Jobs ----------------------------------------------------------------------------------
+
+def job_pods(job: dict, pods: Iterable[dict]) -> list[dict]:
+    """The Job's pods: its selector's matchLabels (controller-uid / batch.kubernetes.io/controller-uid),
+    else the job-name label."""
+    ns, name = _ns_name(job)
+    selector = ((job.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
+    def mine(p: dict) -> bool:
+        if _meta(p).get("namespace") != ns:
+            return False
+        if selector:
+            return all(_labels(p).get(k) == v for k, v in selector.items())
+        return name in (_labels(p).get("job-name"), _labels(p).get("batch.kubernetes.io/job-name"))
+    return sorted((p for p in pods if mine(p)), key=lambda p: _meta(p).get("creationTimestamp") or "")
+
+
+def diagnose_job(job: dict, snap: Snapshot, now: datetime, grace: float) -> ModelStatus:
+    """An engine-build Job: Complete is Healthy; Failed says why (deadline, back-off limit with the pod's OOM
+    kill or log signature); active is Progressing unless its pod cannot run."""
+    ns, name = _ns_name(job)
+    spec, status = job.get("spec") or {}, job.get("status") or {}
+    completions = int(spec.get("completions") or 1)
+    ready = f"{int(status.get('succeeded') or 0)}/{completions}"
+    model = _labels(job).get(INSTANCE_LABEL) or name
+    pods = job_pods(job, snap.pods)
+    pod_reasons: list[Reason] = []
+    for pod in pods[-2:]:  # the latest attempts
+        pod_reasons += _pod_reasons(pod, snap, now, grace)
+    pod_reasons = _dedupe(pod_reasons)
+    failed = _condition(job, "Failed")
+    complete = _condition(job, "Complete")
+    reasons: list[Reason] = []
+    if complete and complete.get("status") == "True":
+        return ModelStatus(model, ns, HEALTHY, ready, None, [], job=name)
+    if failed and failed.get("status") == "True":
+        why = failed.get("reason", "")
+        causes = [Reason(r.code, r.message, r.fix, SEV_FAILED, True) for r in pod_reasons
+                  if r.severity in (SEV_FAILED, SEV_PROGRESSING) and r.code != "CrashLoopBackOff"]
+        if why == "DeadlineExceeded":
+            reasons.append(reason("JobDeadlineExceeded", f"Job {name} ran longer than activeDeadlineSeconds "
+                                  f"({spec.get('activeDeadlineSeconds')}s): {_first_line(failed.get('message'))}",
+                                  SEV_FAILED, terminal=True))
+        reasons = causes + reasons
+        if not reasons:
+            crash = [r for r in pod_reasons if r.code == "CrashLoopBackOff"]
+            reasons.append(reason("JobFailed", f"Job {name} failed ({why}): {_first_line(failed.get('message'))}"
+                                  + (f"; {crash[0].message}" if crash else ""), SEV_FAILED, terminal=True))
+        return ModelStatus(model, ns, FAILED, ready, None, reasons, job=name)
+    if spec.get("suspend"):
+        reasons.append(reason("JobSuspended", f"Job {name} is suspended", SEV_PROGRESSING))
+    blocking = [r for r in pod_reasons if r.severity == SEV_FAILED and r.code != "CrashLoopBackOff"]
+    reasons += blocking or [reason("EngineBuildRunning", f"Job {name}: {int(status.get('active') or 0)} pod(s) "
+                                   f"running, {int(status.get('failed') or 0)} failed so far", SEV_PROGRESSING)]
+    reasons.sort(key=lambda r: r.rank)
+    return ModelStatus(model, ns, phase_of(reasons), ready, None, reasons, job=name)
 
 
 def _first_line(text: str | None) -> str:

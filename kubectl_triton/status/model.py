@@ -75,10 +75,12 @@ class Snapshot:
     hpas: list[dict] = field(default_factory=list)
     kustomizations: list[dict] = field(default_factory=list)
     routes: list[dict] = field(default_factory=list)  # HTTPRoutes, read only when a canary is in scope
+    jobs: list[dict] = field(default_factory=list)  # engine-build Jobs
     logs: dict[tuple[str, str, str], str] = field(default_factory=dict)
     probes: dict[tuple[str, str], Probe] = field(default_factory=dict)
     now: datetime | None = None
     probing: bool = True
+    notes: list[str] = field(default_factory=list)  # what could not be read (RBAC, kubelet), said once each
 
 
 @dataclass
@@ -94,14 +96,18 @@ class ModelStatus:
     track: str | None = None  # "stable" or "canary" while a canary of the model is in progress
     version: int | None = None  # the Triton model version the track serves
     weight: int | None = None  # its share of the route's traffic (percent), when the route was read
+    job: str | None = None  # the engine-build Job this row is about (None: the model's Deployment)
 
     @property
     def terminal(self) -> bool:
         return self.phase == FAILED and any(r.terminal for r in self.reasons)
 
     def as_dict(self) -> dict:
-        out = {"model": self.model, "namespace": self.namespace, "phase": self.phase, "ready": self.ready,
-               "revision": self.revision, "reasons": [r.as_dict() for r in self.reasons]}
+        out: dict[str, object] = {"model": self.model, "namespace": self.namespace, "phase": self.phase,
+                                  "ready": self.ready, "revision": self.revision,
+                                  "reasons": [r.as_dict() for r in self.reasons]}
         if self.track:
             out.update(track=self.track, version=self.version, weight=self.weight)
+        if self.job:
+            out["job"] = self.job
         return out

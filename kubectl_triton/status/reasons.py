@@ -34,8 +34,35 @@ FIXES: dict[str, str] = {
                       "reasons here and the container log.",
     "ModelNotReady": "Fix the model Triton reports as not ready (its config or files in the repository), "
                      "then merge; `kubectl triton check-models` loads it locally.",
-    "HPAMetricUnavailable": "The HPA cannot read avg_time_queue_us: check that prometheus-adapter serves the "
-                            "custom metric and the ServiceMonitor scrapes Triton's metrics port.",
+    "HPAMetricUnavailable": "The HPA cannot read its custom metric (triton_queue_compute_ratio): check that "
+                            "prometheus-adapter serves it and that Prometheus scrapes Triton's metrics port (the "
+                            "ServiceMonitor needs the label its Prometheus selects: `kubectl triton validate`).",
+    "HPAUnableToScale": "The HPA cannot act on the Deployment (read or update its scale, or its selector): check "
+                        "scaleTargetRef names the Deployment and the HPA controller's rights; replicas stay as they "
+                        "are meanwhile.",
+    "QuotaExceeded": "A ResourceQuota in the namespace refuses the pods (the message names it): raise the quota, "
+                     "free what other workloads use, or lower replicas/requests in the overlay. Waiting does not "
+                     "help until one of these changes.",
+    "ReplicaFailure": "The ReplicaSet cannot create pods (admission, PodSecurity, LimitRange: the message says "
+                      "which); fix the pod template in the overlay or the namespace policy.",
+    "RolloutPaused": "The Deployment is paused, so changes merged in git do not roll out: remove spec.paused from "
+                     "the overlay (or `kubectl rollout resume` if someone paused it by hand; Flux reverts it).",
+    "UnexpectedAdmissionError": "The kubelet refused the pod at admission (usually the NVIDIA device plugin could "
+                                "not allocate the GPU): check the device plugin pod on that node (`kubectl -n "
+                                "gpu-operator logs`), cordon the node if its GPUs are unhealthy; delete the failed "
+                                "pods once fixed.",
+    "PodEvicted": "History: an evicted pod the ReplicaSet already replaced. Delete it when convenient; if "
+                  "evictions recur, raise memory/ephemeral-storage requests so the node is not under pressure.",
+    "LivenessProbeKilled": "Triton was killed by its liveness probe (exit 137) before it finished loading: add a "
+                           "startupProbe on /v2/health/ready whose failureThreshold x periodSeconds covers the "
+                           "model's load time, or raise the liveness probe's initialDelaySeconds in the overlay.",
+    "JobDeadlineExceeded": "The engine build ran past activeDeadlineSeconds: raise it in the engine-build overlay "
+                           "(keep it below the Flux Kustomization's timeout, so Flux reports the Job's failure) "
+                           "or build a smaller engine; recreate the Job by reconciling.",
+    "JobFailed": "The engine-build Job failed: read the pod's log (`kubectl logs job/NAME`) and fix the build "
+                 "options in models/MODEL/model.yaml; Flux recreates the Job (force: true).",
+    "JobSuspended": "The Job is suspended (spec.suspend): unsuspend it in the overlay to build the engine.",
+    "EngineBuildRunning": "Nothing to change yet: the engine build is running (`status --wait` follows it).",
     "DeploymentNotFound": "No Deployment labelled app.kubernetes.io/instance=MODEL and app.kubernetes.io/name="
                           "triton-inference-server in scope: check -n/-A and the model name, or whether Flux "
                           "applied the overlay yet.",

@@ -10,7 +10,10 @@ from typing import Any
 
 from kubectl_triton.checks.findings import Finding
 from kubectl_triton.checks.registry import register
+from kubectl_triton.errors import TritonCtlError
+from kubectl_triton.formats import pbtxt, yamlio
 from kubectl_triton.formats.schemas import object_id
+from kubectl_triton.gitops.labels import INSTANCE_LABEL as INSTANCE
 
 BUILD_MISSING = register("EngineBuildMissing", "warning", "repository",
                          "a TensorRT-LLM model is served on a GPU type that no engine-build overlay targets",
@@ -24,7 +27,6 @@ ENGINE_DIR = register("EngineDirMismatch", "error", "repository",
 
 
 BUILD_NAME = "triton-engine-build"
-INSTANCE = "app.kubernetes.io/instance"
 PRODUCT = "nvidia.com/gpu.product"
 
 
@@ -73,9 +75,6 @@ def check_objects(builds: list[tuple[str, dict]], serving: list[tuple[str, dict]
 
 def check_engine_dirs(root: Path) -> list[Finding]:
     """model.yaml's engine.engine_dir must be the path the tensorrt_llm config serves the engine from."""
-    from kubectl_triton.errors import TritonCtlError
-    from kubectl_triton.formats import pbtxt, yamlio
-
     out = []
     for meta_file in sorted((root / "models").glob("*/model.yaml")):
         try:

@@ -13,8 +13,9 @@ from typing import Any
 from kubectl_triton.checks.findings import ERROR, WARNING, Finding
 from kubectl_triton.checks.registry import Severity, register
 from kubectl_triton.formats.schemas import object_id
+from kubectl_triton.gitops.labels import TRITON_MODELS_ANNOTATION
 
-_DECLARED = {
+_DECLARED: dict[str, tuple[Severity, str, str]] = {
     "HPAOnCPU": ("warning", "an HPA scales a Triton Deployment on CPU or memory, which do not follow GPU load",
                  "scale on the model's queue-to-compute ratio (docs/monitoring.md)"),
     "ImageTagNotPinned": ("error", "a container image without a pinned tag or digest",
@@ -46,7 +47,6 @@ TRITON_CONTAINER = "tritonserver"
 GPU_RESOURCE = "nvidia.com/gpu"
 LLM_STARTUP_BUDGET_S = 600  # TensorRT-LLM engines take minutes to deserialize and allocate the KV cache
 TP_SHM_MIN_BYTES = 1 << 30
-TRITON_MODELS_ANNOTATION = "triton.kubectl.io/triton-models"
 _UNITS = {"Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40, "k": 10**3, "M": 10**6, "G": 10**9}
 
 
@@ -137,7 +137,8 @@ def check_overlay(source: str, objects: Iterable[dict], facts: ModelFacts,
             if metric.get("type") == "Resource" and (metric.get("resource") or {}).get("name") in ("cpu", "memory"):
                 out.append(_f(WARNING, "HPAOnCPU", "HPA scales on "
                               f"{metric['resource']['name']}: a GPU-bound Triton's CPU says nothing about its "
-                              "load; scale on queue time per request (avg_time_queue_us from prometheus-adapter)",
+                              "load; scale on its queue-to-compute ratio (triton_queue_compute_ratio, "
+                              "served by prometheus-adapter)",
                               source, hpa))
     return out
 

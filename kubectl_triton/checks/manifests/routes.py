@@ -15,20 +15,16 @@ from pathlib import Path
 from typing import Any
 
 from kubectl_triton.checks.findings import ERROR, WARNING, Finding
+from kubectl_triton.checks.model.base import served_versions, without_policy
 from kubectl_triton.checks.registry import Severity, register
 from kubectl_triton.errors import TritonCtlError
+from kubectl_triton.formats import pbtxt
 from kubectl_triton.formats.schemas import object_id
 from kubectl_triton.gitops import assembly, repo
-from kubectl_triton.gitops.canary import (
-    ANN_CANARY_VERSION,
-    ANN_STABLE_VERSION,
-    ANN_TRITON_MODEL,
-    SUFFIX,
-    served_versions,
-    without_policy,
-)
+from kubectl_triton.gitops.labels import ANN_CANARY_VERSION, ANN_STABLE_VERSION, ANN_TRITON_MODEL
+from kubectl_triton.gitops.model import CANARY_SUFFIX as SUFFIX
 
-CHECKS = {code: register(code, sev, "cluster", desc, fix) for code, sev, desc, fix in (
+_DECLARED: tuple[tuple[str, Severity, str, str], ...] = (
     ("RouteBackendMissing", "error", "an HTTPRoute backend names a Service (or port) the cluster does not render",
      "point backendRefs at the model's stable/canary Services and their http port"),
     ("RouteVersionMismatch", "error", "a canary route's tracks serve other model versions than the route says",
@@ -38,7 +34,8 @@ CHECKS = {code: register(code, sev, "cluster", desc, fix) for code, sev, desc, f
     ("CanaryConfigDrift", "warning", "the canary's config.pbtxt differs from the stable one beyond the version",
      "keep the canary to a version change, or promote it to make the change stable"),
     ("RouteNotRegistered", "warning", "no Flux Kustomization applies the route", "register the overlay in a cluster"),
-)}
+)
+CHECKS = {code: register(code, sev, "cluster", desc, fix) for code, sev, desc, fix in _DECLARED}
 
 GATEWAY_GROUP = "gateway.networking.k8s.io/"
 
@@ -85,7 +82,7 @@ def _check_route(root: Path, target: Any, route: dict, targets: list[Any], by_pa
     for t in deployed:
         for obj in t.objects:
             if obj.get("kind") == "Service" and obj.get("apiVersion") == "v1":
-                services[(_meta(obj).get("namespace") or "default", _meta(obj).get("name"))] = (obj, t)
+                services[(str(_meta(obj).get("namespace") or "default"), str(_meta(obj).get("name")))] = (obj, t)
     tracks: dict[str, tuple[dict, Any]] = {}
     for i, rule in enumerate((route.get("spec") or {}).get("rules") or []):
         refs = [b for b in rule.get("backendRefs") or [] if isinstance(b, dict)]
@@ -98,7 +95,7 @@ def _check_route(root: Path, target: Any, route: dict, targets: list[Any], by_pa
         for b in refs:
             if b.get("kind", "Service") != "Service" or b.get("group", "") not in ("", "core"):
                 continue
-            key = (b.get("namespace") or ns, b.get("name"))
+            key = (str(b.get("namespace") or ns), str(b.get("name")))
             found = services.get(key)
             where = "an overlay this route's cluster applies" if registered else "any overlay"
             if found is None:
@@ -116,8 +113,6 @@ def _check_route(root: Path, target: Any, route: dict, targets: list[Any], by_pa
 
 def _config_of(service: dict, target: Any, triton_model: str) -> Any:
     """The Triton model's config in the model-config ConfigMap of the overlay that renders `service`."""
-    from kubectl_triton.formats import pbtxt
-
     cm = assembly.model_config_map(target.objects)
     text = ((cm or {}).get("data") or {}).get(f"{triton_model}__config.pbtxt")
     if text is None:

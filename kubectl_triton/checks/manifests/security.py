@@ -20,11 +20,12 @@ from typing import Any
 
 from kubectl_triton.checks.findings import ERROR, WARNING, Finding
 from kubectl_triton.checks.registry import Severity, register
+from kubectl_triton.errors import TritonCtlError
 from kubectl_triton.formats.schemas import object_id
+from kubectl_triton.formats.yamlio import load_all
+from kubectl_triton.gitops.labels import EXEMPT_ANNOTATION
 
-EXEMPT_ANNOTATION = "triton.kubectl.io/security-exempt"
 MIN_REASON_CHARS = 10
-CLIENT_LABEL = "triton.kubectl.io/client"
 MONITORING_NAMESPACE = "monitoring"
 TRITON_CONTAINER = "tritonserver"
 INFERENCE_PORTS = {"http": 8000, "grpc": 8001}
@@ -258,7 +259,7 @@ def _selects(selector: Any, labels: dict) -> bool:
     return True
 
 
-def _triton_ports(pod: dict) -> dict[str, int]:
+def _triton_ports(pod: dict) -> dict[str, Any]:
     """name -> port number of the tritonserver container's ports (defaults when it names none)."""
     server = next((c for c in _containers(pod) if c.get("name") == TRITON_CONTAINER), None)
     if server is None:
@@ -268,7 +269,7 @@ def _triton_ports(pod: dict) -> dict[str, int]:
     return ports or {**INFERENCE_PORTS, **METRICS_PORTS}
 
 
-def _rule_ports(rule: dict, ports: dict[str, int]) -> set[str]:
+def _rule_ports(rule: dict, ports: dict[str, Any]) -> set[str]:
     """The names of the pod's ports an ingress rule opens (all of them when it lists none)."""
     listed = _list(rule.get("ports"))
     if not listed:
@@ -334,6 +335,7 @@ def check_network_policies(source: str, objects: list[dict]) -> list[Finding]:
                     hit = sorted(opened & names)
                     if not hit or code in p_exempt or code in exempt:
                         continue
+                    why: str | None
                     if not peers:
                         why = "it has no 'from', so it admits every source"
                     else:
@@ -411,9 +413,6 @@ def check_credentials(source: str, obj: dict) -> list[Finding]:
 
 def check_model_metadata(root: Path) -> list[Finding]:
     """Literal credentials in models/*/model.yaml (a Secret's name is fine; its values are not)."""
-    from kubectl_triton.errors import TritonCtlError
-    from kubectl_triton.formats.yamlio import load_all
-
     out: list[Finding] = []
     for path in sorted((root / "models").glob("*/model.yaml")) if (root / "models").is_dir() else []:
         rel = path.relative_to(root).as_posix()

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cache
-from importlib import resources
 from typing import Any
 
 from kubectl_triton.checks.registry import Check, Severity, register
+from kubectl_triton.datafiles import data_text
 from kubectl_triton.formats.pbtxt import schema
 
 WILDCARD = -1
@@ -79,14 +79,17 @@ TRITON_LOAD = register("TritonLoadFailed", "error", "model",
 
 @dataclass(frozen=True)
 class Issue:
-    """One problem in one model's configuration, before it is tied to a file and line. `needle` is text that
-    locates the line; `severity` overrides the check's own where a rule grades a case."""
+    """One problem in one model's configuration, before it is tied to a file and line. `object` is the field
+    (`dynamic_batching.preferred_batch_size`, `input 'x'`, `ensemble_scheduling.step[2]`) and `needle` a field
+    name or quoted value inside it, both located in the parsed text (formats.pbtxt.locate); `severity` overrides
+    the check's own where a rule grades a case."""
 
     check: Check
     message: str
     object: str | None = None
     needle: str | None = None
     severity: Severity | None = None
+    index: int = 0  # which occurrence of a repeated field (or list value) the issue is about
 
     @property
     def code(self) -> str:
@@ -111,8 +114,7 @@ def table() -> dict[str, Any]:
     """kubectl_triton/data/model_config.yaml."""
     import yaml
 
-    text = resources.files("kubectl_triton").joinpath("data", "model_config.yaml").read_text(encoding="utf-8")
-    return yaml.safe_load(text)
+    return yaml.safe_load(data_text("model_config.yaml"))
 
 
 def pb_schema() -> Any:
@@ -134,3 +136,23 @@ def selected_versions(config: Any, available: tuple[int, ...]) -> set[int]:
         return set(policy.specific.versions) & set(available)
     latest = policy.latest.num_versions if which == "latest" else 1
     return set(sorted(available)[-latest:]) if latest > 0 else set()
+
+
+def served_versions(config: Any, available: list[int] | None = None) -> tuple[str, list[int]]:
+    """The policy kind (`specific`, `latest`, `all`) and the versions it names (`latest`: its count;
+    with `available` version folders known, the versions it would serve)."""
+    policy = config.version_policy
+    kind = policy.WhichOneof("policy_choice") or "latest"
+    if kind == "specific":
+        return kind, sorted(policy.specific.versions)
+    if kind == "all":
+        return kind, sorted(available or [])
+    count = policy.latest.num_versions if policy.HasField("latest") else 1
+    return kind, sorted(available or [])[-max(count, 1):] if available else [count]
+
+
+def without_policy(config: Any) -> Any:
+    out = type(config)()
+    out.CopyFrom(config)
+    out.ClearField("version_policy")
+    return out

@@ -119,17 +119,17 @@ def check_batching(config: Any) -> Iterator[Issue]:
     if not config.HasField("dynamic_batching"):
         return
     db = config.dynamic_batching
-    for size in db.preferred_batch_size:
+    for index, size in enumerate(db.preferred_batch_size):
         if size <= 0:
             yield Issue(DYNAMIC_BATCHING,
                         f"dynamic batching preferred size must be positive for {name}",
-                        "dynamic_batching.preferred_batch_size", "preferred_batch_size")
+                        "dynamic_batching.preferred_batch_size", "preferred_batch_size", index=index)
             break
         if size > config.max_batch_size:
             yield Issue(DYNAMIC_BATCHING,
                         f"dynamic batching preferred size must be <= max batch size for {name} "
                         f"(preferred {size}, max_batch_size {config.max_batch_size})",
-                        "dynamic_batching.preferred_batch_size", "preferred_batch_size")
+                        "dynamic_batching.preferred_batch_size", "preferred_batch_size", index=index)
             break
     levels = db.priority_levels
     if levels:
@@ -239,16 +239,16 @@ def check_sequence_batching(config: Any) -> Iterator[Issue]:
             return
     yield from _control_issues(sb, name, kinds.CONTROL_SEQUENCE_CORRID, typed=True)
     if sb.HasField("oldest"):
-        for size in sb.oldest.preferred_batch_size:
+        for index, size in enumerate(sb.oldest.preferred_batch_size):
             if size <= 0:
                 yield Issue(SEQUENCE_BATCHING,
                             f"sequence batching preferred batch size must be positive for {name}",
-                            "sequence_batching.oldest", "preferred_batch_size")
+                            "sequence_batching.oldest.preferred_batch_size", "preferred_batch_size", index=index)
                 break
             if size > config.max_batch_size:
                 yield Issue(SEQUENCE_BATCHING,
                             f"sequence batching preferred batch size must be <= max batch size for {name}",
-                            "sequence_batching.oldest", "preferred_batch_size")
+                            "sequence_batching.oldest.preferred_batch_size", "preferred_batch_size", index=index)
                 break
     if sb.HasField("direct") and not 0.0 <= sb.direct.minimum_slot_utilization <= 1.0:
         yield Issue(SEQUENCE_BATCHING,
@@ -498,9 +498,9 @@ def check_model(config: Any, folder: ModelFolder, *, ensembles: tuple[str, ...] 
     filled, issues = autofill(config, folder)
     for rule in (check_name_and_platform, check_versions):
         issues.extend(rule(filled, folder))
-    for rule in (check_batching, check_sequence_batching, check_scheduling_kind, check_io,
-                 check_instance_groups):
-        issues.extend(rule(filled))
+    for single in (check_batching, check_sequence_batching, check_scheduling_kind, check_io,
+                   check_instance_groups):
+        issues.extend(single(filled))
     if filled.HasField("ensemble_scheduling") and is_ensemble(filled):
         issues.extend(check_ensemble_scheduling(filled))
     if filled.backend == "tensorrtllm":

@@ -128,9 +128,10 @@ def check_ensemble_scheduling(config: Any) -> Iterator[Issue]:
 def _not_written(ensemble: str, node: _Flow) -> str:
     """Triton's message for an output that no step writes, naming the first unconnected source."""
     message = f"output '{node.name}' for ensemble '{ensemble}' is not written"
-    last, prev, seen = node, node.prev, set()
+    last, seen = node, set()
+    prev: list[_Flow] | None = node.prev
     while prev:
-        following = None
+        following: list[_Flow] | None = None
         for p in prev:
             if not p.ready and p.name not in seen:
                 seen.add(p.name)

@@ -18,7 +18,7 @@ from kubectl_triton.checks.model.base import CONFIG_SYNTAX, Issue, ModelFolder, 
 from kubectl_triton.checks.model.config import autofill, check_model
 from kubectl_triton.checks.model.ensemble import check_ensembles
 from kubectl_triton.errors import InputError
-from kubectl_triton.formats.pbtxt import PbtxtError, parse
+from kubectl_triton.formats.pbtxt import PbtxtError, locate, parse
 
 CONFIG = "config.pbtxt"
 
@@ -83,17 +83,6 @@ def load_repository(repo_dir: Path) -> dict[str, Any]:
     return result
 
 
-def _line(text: str, needle: str | None) -> int | None:
-    """The first non-comment line of `text` that contains `needle` (1-based)."""
-    if not needle:
-        return None
-    for number, line in enumerate(text.splitlines(), 1):
-        code = line.split("#", 1)[0]
-        if needle in code:
-            return number
-    return None
-
-
 def _rel(path: Path, root: Path) -> str:
     try:
         return path.resolve().relative_to(root.resolve()).as_posix()
@@ -103,8 +92,8 @@ def _rel(path: Path, root: Path) -> str:
 
 def _findings(model: _Model, issues: Iterable[Issue], root: Path) -> list[Finding]:
     rel = _rel(model.file, root)
-    return [Finding(severity=i.level, code=i.code, message=i.message, path=rel,
-                    line=_line(model.text, i.needle), model=model.name, object=i.object) for i in issues]
+    return [i.check.finding(i.message, severity=i.severity, path=rel, model=model.name, object=i.object,
+                            line=locate(model.text, i.object, i.needle, i.index)) for i in issues]
 
 
 def check_repository(repo_dir: Path, *, display_root: Path | None = None,

@@ -19,6 +19,8 @@ import re
 import tempfile
 from pathlib import Path
 
+from kubectl_triton.adapters.shadow import build_shadow, model_dirs
+from kubectl_triton.adapters.tritonserver import TritonServer, failed_models, find_install
 from kubectl_triton.checks.findings import Finding
 from kubectl_triton.checks.model.base import TRITON_LOAD
 from kubectl_triton.gitops.repo import relative
@@ -51,8 +53,6 @@ def findings_from_states(failures: dict[str, str], repo_dir: Path,
 
 def run_shadow(shadow_dir: Path, timeout: float = 120) -> dict[str, str]:
     """Start one tritonserver on a prepared shadow repository; model -> Triton's failure message."""
-    from kubectl_triton.adapters.tritonserver import TritonServer, failed_models
-
     server = TritonServer(shadow_dir, exit_on_error=False)
     try:
         server.start(timeout=timeout)
@@ -64,9 +64,6 @@ def run_shadow(shadow_dir: Path, timeout: float = 120) -> dict[str, str]:
 def check_repository_with_triton(repo_dir: Path, *, display_root: Path | None = None,
                                  timeout: float = 120) -> list[Finding]:
     """Load a shadow of `repo_dir` in the real tritonserver and report every model that fails."""
-    from kubectl_triton.adapters.shadow import build_shadow, model_dirs
-    from kubectl_triton.adapters.tritonserver import find_install
-
     repo_dir = Path(repo_dir)
     if not model_dirs(repo_dir):
         return []

@@ -57,6 +57,19 @@ _LLM = "TensorRT-LLM (--backend tensorrtllm): "
 @click.option("--engine-dir", help=_LLM + "engine folder (default /artifacts/ARTIFACT/engines/GPU).")
 @click.option("--tp", type=int, default=1, show_default=True, help=_LLM + "tensor parallelism.")
 @click.option("--pp", type=int, default=1, show_default=True, help=_LLM + "pipeline parallelism.")
+@click.option("--nodes", type=int, default=1, show_default=True,
+              help=_LLM + "nodes of a multi-node group (a LeaderWorkerSet, MPI across pods); tp x pp = nodes x GPUs "
+              "per node.")
+@click.option("--gpus-per-node", type=int, help=_LLM + "GPUs each pod of a group asks for (default: the GPU "
+              "catalog's node shape, 8 on HGX boards).")
+@click.option("--frontend", type=click.Choice(["kserve", "openai"]), default="kserve", show_default=True,
+              help="openai: also serve Triton's OpenAI-compatible frontend (/v1/chat/completions; tensorrtllm, "
+              "single node).")
+@click.option("--route", type=click.Choice(["none", "inferencepool"]), default="none", show_default=True,
+              help="inferencepool: route the model through a Gateway API Inference Extension InferencePool "
+              "(overlays/NAME/route/, with an endpoint picker unless the layout file names the platform's).")
+@click.option("--gateway", default="triton-gateway", show_default=True, metavar="[NAMESPACE/]NAME",
+              help="The Gateway the --route attaches to.")
 @click.option("--dtype", default="bfloat16", show_default=True, help=_LLM + ", ".join(DTYPES) + ".")
 @click.option("--quantization", default="none", show_default=True, help=_LLM + ", ".join(QUANTIZATIONS) + ".")
 @click.option("--max-input-len", type=int, default=4096, show_default=True)
@@ -67,6 +80,8 @@ _LLM = "TensorRT-LLM (--backend tensorrtllm): "
               help=", ".join(SCHEDULER_POLICIES) + ".")
 @click.option("--streaming/--no-streaming", default=True, show_default=True,
               help=_LLM + "decoupled tensorrt_llm model and a `stream` input.")
+@click.option("--autoscaler", type=click.Choice(["hpa", "keda"]), default="hpa", show_default=True,
+              help="hpa: HorizontalPodAutoscaler on the queue-to-compute ratio; keda: KEDA, scaling to zero.")
 @click.option("--dry-run", is_flag=True, help="Print the files it would write; write nothing.")
 @click.option("--force", is_flag=True, help="Rewrite an existing model's files (only that model's).")
 @click.option("--repo", "repo_dir", type=click.Path(path_type=Path), default=None,
@@ -77,7 +92,8 @@ def command(name: str, backend: str, gpus: tuple[str, ...], cluster: str | None,
             steps: tuple[str, ...], image_tag: str, model_family: str, hf_model: str | None,
             tokenizer_dir: str | None, engine_dir: str | None, tp: int, pp: int, dtype: str, quantization: str,
             max_input_len: int, max_seq_len: int, max_num_tokens: int, kv_cache_free_gpu_mem_fraction: float,
-            batch_scheduler_policy: str, streaming: bool, dry_run: bool, force: bool,
+            batch_scheduler_policy: str, streaming: bool, autoscaler: str, nodes: int, gpus_per_node: int | None,
+            frontend: str, route: str, gateway: str, dry_run: bool, force: bool,
             repo_dir: Path | None) -> None:
     """Scaffold model NAME: models/NAME/ (config.pbtxt, model.yaml), overlays/NAME/ (one overlay per --gpu,
     plus the engine build for tensorrtllm) and its Flux Kustomizations, registered in
@@ -88,13 +104,15 @@ def command(name: str, backend: str, gpus: tuple[str, ...], cluster: str | None,
                      engine_dir=engine_dir, tp=tp, pp=pp, dtype=dtype, quantization=quantization,
                      max_input_len=max_input_len, max_seq_len=max_seq_len, max_num_tokens=max_num_tokens,
                      kv_cache_free_gpu_mem_fraction=kv_cache_free_gpu_mem_fraction,
-                     batch_scheduler_policy=batch_scheduler_policy, streaming=streaming)
+                     batch_scheduler_policy=batch_scheduler_policy, streaming=streaming, nodes=nodes,
+                     gpus_per_node=gpus_per_node)
     opts = Options(name=name, backend=backend, gpus=tuple(dict.fromkeys(gpus)), max_batch_size=max_batch_size,
                    dynamic_batching=dynamic_batching, preferred_batch_sizes=preferred,
                    max_queue_delay_us=max_queue_delay_us, instances=instances, version=version, artifact=artifact,
                    inputs=tuple(parse_tensor(t, "--input") for t in inputs),
                    outputs=tuple(parse_tensor(t, "--output") for t in outputs), image_tag=image_tag, llm=llm,
-                   steps=tuple(parse_step(s) for s in steps))
+                   steps=tuple(parse_step(s) for s in steps), autoscaler=autoscaler, frontend=frontend, route=route,
+                   gateway=gateway)
     facts = read_facts(root, opts, cluster)
     # A GPU type of the catalog or of kubectl-triton.yaml without a Component yet: its Component is written too.
     components = {rel: text for gpu in opts.gpus if gpu not in facts.gpus and gpu in catalog.gpus()

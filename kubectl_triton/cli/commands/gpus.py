@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -32,7 +33,7 @@ def command(ctx: click.Context, repo_dir: Path | None, output: str | None, kubec
 
     output = output_format(ctx, output, FORMATS)
     where = cluster_args(ctx, kubeconfig, kube_context, namespace)
-    placements = []
+    placements: list[Any] = []
     try:
         root = repo.find_root(repo_dir)
     except InputError:

@@ -70,6 +70,7 @@ def command(ctx: click.Context, model: str, from_dir: Path | None, from_job: str
                 raise InputError(f"{from_log}: cannot read: {err.strerror or err}") from None
             meta = record.from_log(text, str(from_log))
     else:
+        assert from_job is not None  # exactly one source was given
         text, source = job_log(cluster_args(ctx, kubeconfig, kube_context, namespace), from_job)
         meta = record.from_log(text, source)
     key = record.gpu_key(meta, gpu)

@@ -36,7 +36,7 @@ def command(overlays: tuple[Path, ...], render_all: bool, repo_dir: Path | None)
         click.echo(result.yaml.rstrip("\n"))
         click.echo("---")
     for err in failures:
-        click.echo(f"error: {repo.relative(root, err.path)}: kustomize build failed: {err.detail}", err=True)
+        click.echo(f"error: {repo.relative(root, Path(str(err.path)))}: kustomize build failed: {err.detail}", err=True)
     if failures:
         raise click.exceptions.Exit(1)
 

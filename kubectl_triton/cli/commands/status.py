@@ -1,381 +1,97 @@
 """`kubectl triton status`: is my model serving, and if not, why, and what do I change?
 
-Reads (never writes) Deployments, Pods, Events, HPAs and Flux Kustomizations with one list each, the log
-of each failing container and Triton's health through the pod proxy; the verdict comes from the pure
-`kubectl_triton.status` package. `--wait` keeps those lists current with the API's watch and stops as
-soon as every model is Healthy or one fails in a way waiting cannot cure.
-"""
+Reads (never writes) the cluster through `kubectl_triton.status.collect`; the verdict comes from the pure
+`kubectl_triton.status` package and is printed by `kubectl_triton.output.status`."""
 
 from __future__ import annotations
 
-import json
-import queue
-import re
 import sys
-import threading
-import time
 from collections.abc import Callable
-from datetime import datetime, timezone
-from urllib.parse import quote
+from typing import Any
 
 import click
 
-from kubectl_triton.errors import EXIT_FINDINGS, EXIT_OK, EXIT_TIMEOUT, ClusterError, InputError
-from kubectl_triton.status import FAILED, HEALTHY, UNKNOWN, ModelProbe, ModelStatus, Probe, Snapshot, output
-from kubectl_triton.status import diagnose as diag
+from kubectl_triton.cli.options import DURATION, GRACE, cluster_args, cluster_options, output_format, output_option
+from kubectl_triton.errors import EXIT_TIMEOUT
 
-LOG_TAIL_LINES = 60
-WATCH_TIMEOUT_S = 300
-TICK_S = 1.0  # re-evaluate time-based graces this often while waiting (no API request involved)
-REPROBE_S = 5.0  # while waiting, a pod whose Triton was not (yet) ready is asked again after this long
-
-# Snapshot field -> (resource, label selector?, field selector, namespaced-in-scope?)
-SOURCES: dict[str, tuple[str, str | None, str | None, bool]] = {
-    "deployments": ("deployments", "models", None, True),
-    "pods": ("pods", "triton", None, True),
-    "events": ("events", None, "involvedObject.kind=Pod", True),
-    "hpas": ("horizontalpodautoscalers", None, None, True),
-    "kustomizations": ("kustomizations", None, None, False),
-}
-
-
-def parse_duration(text: str) -> float:
-    """`90s`, `5m`, `1h30m`, `2m30s` or plain seconds, as kubectl's --timeout takes them."""
-    text = text.strip()
-    if re.fullmatch(r"\d+(\.\d+)?", text):
-        return float(text)
-    parts = re.findall(r"(\d+(?:\.\d+)?)(ms|h|m|s)", text)
-    if not parts or "".join(n + u for n, u in parts) != text:
-        raise click.BadParameter(f"{text!r} is not a duration (e.g. 30s, 5m, 1h)", param_hint="--timeout")
-    scale = {"ms": 0.001, "s": 1, "m": 60, "h": 3600}
-    return sum(float(n) * scale[u] for n, u in parts)
-
-
-class Collector:
-    """Reads the cluster into a Snapshot: five lists, then logs of failing containers and Triton probes.
-    Logs and probes are cached by the state they were read for, so `--wait` re-reads only on change."""
-
-    def __init__(self, kube, namespace: str, models: tuple[str, ...], probe: bool) -> None:
-        self.kube = kube
-        self.namespace = namespace  # a namespace or kube.ALL_NAMESPACES
-        self.models = models
-        self.probe = probe
-        self.flux_namespace: str | None = None  # None: all namespaces
-        self._logs: dict[tuple, str] = {}
-        self._probes: dict[tuple, tuple[Probe, float]] = {}
-
-    @property
-    def scope_name(self) -> str:
-        """The namespace in scope, "" for all namespaces."""
-        return "" if self.namespace == "*" else self.namespace
-
-    def selector(self, which: str | None) -> str | None:
-        if which == "triton":
-            return diag.TRITON_SELECTOR
-        if which == "models":
-            if not self.models:
-                return diag.TRITON_SELECTOR
-            return f"{diag.TRITON_SELECTOR},{diag.INSTANCE_LABEL} in ({','.join(self.models)})"
-        return None
-
-    def list_source(self, field: str) -> tuple[list[dict], str]:
-        resource, label_which, field_selector, namespaced = SOURCES[field]
-        if field == "kustomizations":
-            return self._list_kustomizations()
-        ns = self.namespace if namespaced else None
-        return self.kube.list(resource, ns, label_selector=self.selector(label_which),
-                              field_selector=field_selector)
-
-    def _list_kustomizations(self) -> tuple[list[dict], str]:
-        """Flux Kustomizations in any namespace; with only namespaced rights, those of flux-system.
-        A cluster without Flux (API not served) has none."""
-        from kubectl_triton.adapters.kube import ALL_NAMESPACES
-
-        got = self.kube.list("kustomizations", self.flux_namespace or ALL_NAMESPACES, tolerate=(403, 404))
-        if got is None and self.flux_namespace is None:
-            self.flux_namespace = "flux-system"
-            return self._list_kustomizations()
-        if got is None:  # forbidden in flux-system too: say so
-            return self.kube.list("kustomizations", self.flux_namespace, tolerate=(404,)) or ([], "")
-        return got
-
-    def routes(self, deployments: list[dict]) -> list[dict]:
-        """HTTPRoutes in scope, read only when a canary Deployment is (a cluster without the Gateway API, or
-        without the right to list routes, shows the tracks without weights)."""
-
-        if not diag.canaries(deployments):
-            return []
-        got = self.kube.list("httproutes", self.namespace, tolerate=(403, 404))
-        return got[0] if got else []
-
-    def snapshot(self) -> Snapshot:
-        deployments, _ = self.list_source("deployments")
-        snap = Snapshot(deployments=deployments, probing=self.probe)
-        if deployments:  # nothing else matters without a Triton Deployment
-            for field in ("pods", "events", "hpas", "kustomizations"):
-                setattr(snap, field, self.list_source(field)[0])
-            snap.routes = self.routes(deployments)
-        return snap
-
-    def enrich(self, snap: Snapshot) -> Snapshot:
-        """Add logs of failing containers and Triton probes (cached per container/pod state)."""
-        snap.now = datetime.now(timezone.utc)
-        for req in diag.log_requests(snap):
-            if req.key not in self._logs:
-                self._logs[req.key] = self.kube.log(req.namespace, req.pod, req.container, previous=req.previous,
-                                                    tail_lines=LOG_TAIL_LINES)
-            snap.logs[req.target] = self._logs[req.key]
-        if self.probe:
-            by_name = {(p["metadata"]["namespace"], p["metadata"]["name"]): p for p in snap.pods}
-            for ns, name, port, models in diag.probe_targets(snap):
-                key = _probe_key(by_name[(ns, name)])
-                cached = self._probes.get(key)
-                if cached is None or (not _probe_ok(cached[0]) and time.monotonic() - cached[1] >= REPROBE_S):
-                    self._probes[key] = cached = (probe_triton(self.kube, ns, name, port, models), time.monotonic())
-                snap.probes[(ns, name)] = cached[0]
-        return snap
-
-
-def _probe_key(pod: dict) -> tuple:
-    """A pod's probe is redone when its readiness or container state changes."""
-    status = pod.get("status") or {}
-    cs = [(c.get("name"), c.get("ready"), c.get("started"), c.get("restartCount")) for c in
-          status.get("containerStatuses") or []]
-    ready = next((c.get("status") for c in status.get("conditions") or [] if c.get("type") == "Ready"), None)
-    return (pod["metadata"].get("uid"), pod["metadata"]["name"], ready, tuple(cs))
-
-
-def _probe_ok(probe: Probe) -> bool:
-    return probe.error is None and probe.server_ready is True and all(m.ready for m in probe.models)
-
-
-def _triton_error(body: str) -> str | None:
-    try:
-        return json.loads(body).get("error")
-    except (ValueError, AttributeError):
-        return body.strip()[:200] or None
-
-
-def probe_triton(kube, namespace: str, pod: str, port: int, models: list[str]) -> Probe:
-    """Triton's own view through the API server's pod proxy (GET only): server readiness, then each
-    expected model's readiness and, for a model that is not ready, Triton's error for it."""
-    health = kube.proxy_get(namespace, pod, port, "/v2/health/ready")
-    if health.error:
-        return Probe(None, error=health.error)
-    states = []
-    for model in models:
-        path = f"/v2/models/{quote(model, safe='/')}"  # NAME or NAME/versions/N
-        ready = kube.proxy_get(namespace, pod, port, f"{path}/ready")
-        if ready.error:
-            return Probe(None, error=ready.error)
-        if ready.status == 200:
-            states.append(ModelProbe(model, True))
-            continue
-        meta = kube.proxy_get(namespace, pod, port, path)
-        states.append(ModelProbe(model, False, _triton_error(meta.body) or _triton_error(ready.body)))
-    return Probe(health.status == 200, tuple(states), detail=f"HTTP {health.status}")
-
-
-# -- --wait: informers over the API's watch ---------------------------------------------------------------
-
-class Informer:
-    """Keeps one list current from a watch stream (re-listing on 410 Gone); signals changes on `changes`."""
-
-    def __init__(self, collector: Collector, field: str, items: list[dict], rv: str, changes: queue.Queue,
-                 stop: threading.Event) -> None:
-        self.collector, self.field, self.rv = collector, field, rv
-        self.items = {self._key(o): o for o in items}
-        self.changes, self.stop = changes, stop
-        self.lock = threading.Lock()
-        self.thread = threading.Thread(target=self._run, name=f"watch-{field}", daemon=True)
-
-    @staticmethod
-    def _key(obj: dict) -> tuple[str, str]:
-        meta = obj.get("metadata") or {}
-        return meta.get("namespace", ""), meta.get("name", "")
-
-    def current(self) -> list[dict]:
-        with self.lock:
-            return list(self.items.values())
-
-    def _relist(self) -> None:
-        items, self.rv = self.collector.list_source(self.field)
-        with self.lock:
-            self.items = {self._key(o): o for o in items}
-
-    def _run(self) -> None:
-        c = self.collector
-        resource, label_which, field_selector, namespaced = SOURCES[self.field]
-        ns = c.namespace if namespaced else (c.flux_namespace or "*")
-        try:
-            while not self.stop.is_set():
-                if not self.rv:  # e.g. Flux not installed: nothing to watch
-                    return
-                expired = False
-                for ev in c.kube.watch(resource, ns, resource_version=self.rv, label_selector=c.selector(label_which),
-                                       field_selector=field_selector, timeout_seconds=WATCH_TIMEOUT_S):
-                    if self.stop.is_set():
-                        return
-                    obj = ev.get("object") or {}
-                    if ev.get("type") == "ERROR":
-                        if obj.get("code") == 410:
-                            expired = True
-                            break
-                        raise ClusterError(f"watch {resource}: {obj.get('message', 'error')}")
-                    self.rv = (obj.get("metadata") or {}).get("resourceVersion", self.rv)
-                    if ev.get("type") == "BOOKMARK":
-                        continue
-                    with self.lock:
-                        if ev.get("type") == "DELETED":
-                            self.items.pop(self._key(obj), None)
-                        else:
-                            self.items[self._key(obj)] = obj
-                    self.changes.put(self.field)
-                if expired:
-                    self._relist()
-                    self.changes.put(self.field)
-        except ClusterError as err:
-            self.changes.put(err)
-
-
-def wait_for(collector: Collector, timeout_s: float, *, grace_s: float,
-             on_progress: Callable[[list[ModelStatus], float], None] | None = None,
-             clock: Callable[[], float] = time.monotonic) -> tuple[list[ModelStatus], bool]:
-    """Follow the rollout until every model is Healthy, one fails terminally, or `timeout_s` passes.
-    Returns the last verdicts and whether the timeout ended the wait."""
-    start = clock()
-    changes: queue.Queue = queue.Queue()
-    stop = threading.Event()
-    informers: dict[str, Informer] = {}
-    routes: list[dict] | None = None
-    for field in SOURCES:
-        items, rv = collector.list_source(field)
-        informers[field] = Informer(collector, field, items, rv, changes, stop)
-    for inf in informers.values():
-        inf.thread.start()
-    try:
-        while True:
-            snap = Snapshot(**{f: informers[f].current() for f in SOURCES}, probing=collector.probe)
-            if routes is None and diag.canaries(snap.deployments):
-                routes = collector.routes(snap.deployments)  # read once: weights change through git
-            snap.routes = routes or []
-            statuses = diag.diagnose(collector.enrich(snap), collector.models,
-                                    namespace=collector.scope_name, unschedulable_grace_s=grace_s)
-            elapsed = clock() - start
-            if on_progress:
-                on_progress(statuses, elapsed)
-            if not statuses and not collector.models:
-                return statuses, False  # nothing in scope to wait for
-            if statuses and all(s.phase == HEALTHY for s in statuses):
-                return statuses, False
-            if any(s.terminal for s in statuses):
-                return statuses, False
-            remaining = timeout_s - elapsed
-            if remaining <= 0:
-                return statuses, True
-            try:
-                item = changes.get(timeout=min(remaining, TICK_S))
-                items = [item]
-                while not changes.empty():  # coalesce a burst of events into one evaluation
-                    items.append(changes.get_nowait())
-            except queue.Empty:
-                items = []
-            for item in items:
-                if isinstance(item, ClusterError):
-                    raise item
-    finally:
-        stop.set()
-
-
-# -- the command ----------------------------------------------------------------------------------------
-
-def exit_code(statuses: list[ModelStatus], timed_out: bool) -> int:
-    """0 all Healthy; 1 any Failed or Unknown; 3 still Progressing when --wait timed out."""
-    if any(s.phase in (FAILED, UNKNOWN) for s in statuses):
-        return EXIT_FINDINGS
-    if all(s.phase == HEALTHY for s in statuses):
-        return EXIT_OK
-    return EXIT_TIMEOUT if timed_out else EXIT_FINDINGS
+FORMATS = ("text", "json", "yaml")
 
 
 @click.command("status")
 @click.argument("models", nargs=-1)
-@click.option("-n", "--namespace", default=None, help="Namespace (default: the context's, else `default`).")
-@click.option("-A", "--all-namespaces", is_flag=True, help="Every namespace.")
-@click.option("--kubeconfig", default=None, help="Path to the kubeconfig file.")
-@click.option("--context", "kube_context", default=None, help="The kubeconfig context to use.")
+@cluster_options(all_namespaces=True)
 @click.option("--wait", is_flag=True, help="Watch until Healthy, or until a failure waiting cannot cure.")
-@click.option("--timeout", default="10m", show_default=True, help="How long --wait waits (30s, 5m, 1h).")
+@click.option("--timeout", type=DURATION, default="10m", show_default=True,
+              help="How long --wait waits (30s, 5m, 1h).")
 @click.option("--no-probe", is_flag=True, help="Do not ask Triton itself (through the pod proxy).")
-@click.option("--request-timeout", default="30s", show_default=True,
+@click.option("--request-timeout", type=DURATION, default="30s", show_default=True,
               help="How long one API request may take before the cluster counts as unreachable.")
-@click.option("--unschedulable-grace", default="60s", show_default=True,
+@click.option("--unschedulable-grace", type=GRACE, default="60s", show_default=True,
               help="How long a pod may stay unschedulable before it counts as failed.")
-@click.option("-o", "--output", "output_format", type=click.Choice(["text", "json"]), default=None,
-              help="Output format: a table with fixes (text), or JSON.")
+@output_option(FORMATS, "Output format: a table with fixes (text), json or yaml.")
 @click.pass_context
 def command(ctx: click.Context, models: tuple[str, ...], namespace: str | None, all_namespaces: bool,
-            kubeconfig: str | None, kube_context: str | None, wait: bool, timeout: str, no_probe: bool,
-            request_timeout: str, unschedulable_grace: str, output_format: str | None) -> None:
+            kubeconfig: str | None, kube_context: str | None, wait: bool, timeout: float, no_probe: bool,
+            request_timeout: float, unschedulable_grace: float, output: str | None) -> None:
     """Rollout health of Triton MODELs (default: every Triton Deployment in scope), with cause and fix.
 
     \b
     Phases: Healthy, Progressing, Failed, Unknown. Exit codes: 0 all Healthy; 1 any Failed or Unknown;
-    3 still Progressing when --wait timed out; 2 usage errors, unreachable cluster, forbidden.
-    JSON (-o json): {"healthy": bool, "models": [{"model", "namespace", "phase", "ready", "revision",
-    "reasons": [{"code", "message", "fix"}]}]}
+    3 still Progressing when --wait timed out; 2 usage errors, unreachable cluster, Deployments or Pods
+    forbidden. Logs, events and the Triton probe are read when allowed; what was not is named in notes.
+    JSON/YAML (-o json|yaml): {"healthy": bool, "models": [{"model", "namespace", "phase", "ready", "revision",
+    "reasons": [{"code", "message", "fix"}]}], "notes": [str] (only when something was not read)}
     """
     from kubectl_triton.adapters import kube as kube_mod
+    from kubectl_triton.output import status as printer
+    from kubectl_triton.output.document import dumps
+    from kubectl_triton.status import diagnose as diag
+    from kubectl_triton.status.collect import Collector, exit_code, wait_for
 
-    obj = ctx.obj or {}
-    output_format = output_format or obj.get("output") or "text"
-    if output_format not in ("text", "json"):
-        raise InputError(f"status supports -o text or -o json, not {output_format}")
+    fmt = output_format(ctx, output, FORMATS)
     if all_namespaces and namespace is not None:
         raise click.UsageError("pass either -n NAMESPACE or -A, not both")
-    timeout_s = parse_duration(timeout)
-    grace_s = parse_duration(unschedulable_grace)
-    request_timeout_s = parse_duration(request_timeout)
-    if request_timeout_s <= 0:
-        raise click.BadParameter("must be positive", param_hint="--request-timeout")
-    kube = kube_mod.connect(kubeconfig or obj.get("kubeconfig"), kube_context or obj.get("context"),
-                            namespace or obj.get("namespace"), request_timeout=request_timeout_s)
+    where = cluster_args(ctx, kubeconfig, kube_context, namespace, all_namespaces)
+    kube = kube_mod.connect(where.kubeconfig, where.context, where.namespace, request_timeout=request_timeout)
     scope = kube_mod.ALL_NAMESPACES if all_namespaces else kube.namespace
     collector = Collector(kube, scope, tuple(dict.fromkeys(models)), probe=not no_probe)
 
     if wait:
-        line = _ProgressLine() if sys.stderr.isatty() and output_format == "text" else None
+        line = _ProgressLine(printer.progress_line) if sys.stderr.isatty() and fmt == "text" else None
         try:
-            statuses, timed_out = wait_for(collector, timeout_s, grace_s=grace_s,
+            statuses, timed_out = wait_for(collector, timeout, grace_s=unschedulable_grace,
                                            on_progress=line.show if line else None)
         finally:
             if line:
                 line.clear()
     else:
         statuses = diag.diagnose(collector.enrich(collector.snapshot()), collector.models,
-                                 namespace=collector.scope_name, unschedulable_grace_s=grace_s)
+                                 namespace=collector.scope_name, unschedulable_grace_s=unschedulable_grace)
         timed_out = False
 
-    if not statuses and output_format == "text":
-        where = "any namespace" if all_namespaces else f"namespace {kube.namespace}"
-        click.echo(f"No Triton deployments found in {where}.", err=True)
+    if not statuses and fmt == "text":
+        scope_text = "any namespace" if all_namespaces else f"namespace {kube.namespace}"
+        click.echo(f"No Triton deployments found in {scope_text}.", err=True)
     else:
-        click.echo(output.to_json(statuses) if output_format == "json" else output.to_text(statuses))
+        notes = list(collector.notes.values())
+        click.echo(printer.to_text(statuses, notes) if fmt == "text"
+                   else dumps(printer.document(statuses, notes), fmt))
     code = exit_code(statuses, timed_out)
     if timed_out and code == EXIT_TIMEOUT:
-        click.echo(f"error: timed out after {timeout} waiting for the rollout", err=True)
+        click.echo(f"error: timed out after {ctx.params.get('timeout'):g}s waiting for the rollout", err=True)
     if code:
-        sys.exit(code)
+        raise click.exceptions.Exit(code)
 
 
 class _ProgressLine:
     """A live line on stderr (TTY only), overwritten in place."""
 
-    def __init__(self) -> None:
+    def __init__(self, render: Callable[[list[Any], float], str]) -> None:
         self.width = 0
+        self.render = render
 
-    def show(self, statuses: list[ModelStatus], elapsed: float) -> None:
-        text = output.progress_line(statuses, elapsed)[:160]
+    def show(self, statuses: list[Any], elapsed: float) -> None:
+        text = self.render(statuses, elapsed)[:160]
         sys.stderr.write("\r" + text.ljust(self.width))
         sys.stderr.flush()
         self.width = len(text)

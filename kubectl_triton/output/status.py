@@ -1,26 +1,20 @@
-"""Printing verdicts: a kubectl-style table with the fixes below it, or the documented JSON."""
+"""Printing `status` verdicts: a kubectl-style table with the fixes below it, or the documented document."""
 
 from __future__ import annotations
 
-import json
-
+from kubectl_triton.output.document import dumps
+from kubectl_triton.output.table import table
 from kubectl_triton.status.diagnose import short_revision
 from kubectl_triton.status.model import HEALTHY, ModelStatus
 
 HEADERS = ("MODEL", "NAMESPACE", "PHASE", "READY", "REVISION", "REASON")
 
 
-def table(rows: list[tuple[str, ...]], headers: tuple[str, ...] = HEADERS) -> str:
-    """Columns padded to their widest cell plus 3 spaces, like `kubectl get`."""
-    widths = [max(len(str(r[i])) for r in [headers, *rows]) for i in range(len(headers))]
-    lines = ["   ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in [headers, *rows]]
-    return "\n".join(lines)
-
-
-def to_text(statuses: list[ModelStatus]) -> str:
+def to_text(statuses: list[ModelStatus], notes: list[str] | None = None) -> str:
+    """The table, each model's reasons with their fixes, then what could not be read (notes)."""
     rows = [(_model_cell(s), s.namespace or "-", s.phase, s.ready, short_revision(s.revision) or "-",
              s.reasons[0].code if s.reasons else "-") for s in statuses]
-    out = [table(rows)]
+    out = [table(HEADERS, rows)]
     for s in statuses:
         if not s.reasons:
             continue
@@ -29,11 +23,15 @@ def to_text(statuses: list[ModelStatus]) -> str:
         for r in s.reasons:
             out.append(f"  {r.code}: {r.message}")
             out.append(f"    fix: {r.fix}")
+    if notes:
+        out += ["", "Not everything was read:"] + [f"  {n}" for n in notes]
     return "\n".join(out)
 
 
 def _model_cell(s: ModelStatus) -> str:
-    """`model`, or during a canary `model [canary v2 10%]`."""
+    """`model`, `model [engine-build]` for its engine-build Job, or during a canary `model [canary v2 10%]`."""
+    if s.job:
+        return f"{s.model} [engine-build]"
     if not s.track:
         return s.model
     parts = [s.track] + ([f"v{s.version}"] if s.version is not None else []) + \
@@ -41,10 +39,17 @@ def _model_cell(s: ModelStatus) -> str:
     return f"{s.model} [{' '.join(parts)}]"
 
 
-def to_json(statuses: list[ModelStatus]) -> str:
-    """{"healthy": bool, "models": [{model, namespace, phase, ready, revision, reasons: [...]}]}"""
-    return json.dumps({"healthy": all(s.phase == HEALTHY for s in statuses),
-                       "models": [s.as_dict() for s in statuses]}, indent=2)
+def document(statuses: list[ModelStatus], notes: list[str] | None = None) -> dict:
+    """{"healthy": bool, "models": [{model, namespace, phase, ready, revision, reasons: [...]}], "notes": [...]}
+    (notes only when something could not be read): the -o json / -o yaml document."""
+    doc: dict = {"healthy": all(s.phase == HEALTHY for s in statuses), "models": [s.as_dict() for s in statuses]}
+    if notes:
+        doc["notes"] = list(notes)
+    return doc
+
+
+def to_json(statuses: list[ModelStatus], notes: list[str] | None = None) -> str:
+    return dumps(document(statuses, notes), "json")
 
 
 def progress_line(statuses: list[ModelStatus], elapsed: float) -> str:
