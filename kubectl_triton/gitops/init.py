@@ -11,12 +11,12 @@ from __future__ import annotations
 import io
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from kubectl_triton import __version__
 from kubectl_triton.compat.catalog import GPU, gpus, register
+from kubectl_triton.datafiles import data_file
 from kubectl_triton.errors import InputError
 from kubectl_triton.formats.yamledit import edit_resources
 from kubectl_triton.formats.yamlio import load_all
@@ -85,7 +85,7 @@ def dump(doc: Any, comment: str | None = None) -> str:
 
 
 def _data(*parts: str) -> Any:
-    return resources.files("kubectl_triton").joinpath("data", "init", *parts)
+    return data_file("init", *parts)
 
 
 def _data_files(top: Any, prefix: str = "") -> Iterator[tuple[str, bytes]]:

@@ -10,11 +10,11 @@ import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from kubectl_triton.compat.catalog import GPU, register
+from kubectl_triton.datafiles import data_text
 from kubectl_triton.errors import InputError
 from kubectl_triton.formats.yamlio import load_all
 
@@ -118,7 +118,7 @@ def _check_schema(doc: dict[str, Any]) -> None:
     """One InputError naming the first place where `doc` breaks the layout file's JSON Schema."""
     import jsonschema
 
-    schema = json.loads(resources.files("kubectl_triton").joinpath("data", LAYOUT_SCHEMA).read_text("utf-8"))
+    schema = json.loads(data_text(LAYOUT_SCHEMA))
     error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema).iter_errors(doc))
     if error is not None:
         where = "/".join(str(p) for p in error.absolute_path) or "(top level)"
