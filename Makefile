@@ -69,5 +69,15 @@ dist: install
 	  " kubectl-triton")' > dist/kubectl-triton.sha256
 	@echo "built: dist/kubectl-triton ($$(du -h dist/kubectl-triton | cut -f1))"
 
+# `kubectl triton init` writes base/, the shared overlay Components and a new cluster's infrastructure from
+# kubectl_triton/data/init/; tests/test_init.py fails while this repository's copies differ. After editing the
+# repository's copies, this target puts them into the package data.
+init-data:
+	rm -rf kubectl_triton/data/init/base kubectl_triton/data/init/overlays kubectl_triton/data/init/infrastructure
+	cp -a base kubectl_triton/data/init/base
+	mkdir -p kubectl_triton/data/init/overlays kubectl_triton/data/init/infrastructure
+	cp -a overlays/artifacts overlays/autoscaling kubectl_triton/data/init/overlays/
+	cp clusters/production/infrastructure/*.yaml kubectl_triton/data/init/infrastructure/
+
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .ruff_cache
