@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: install system-deps test lint render bench fuzz dist clean
+.PHONY: install system-deps test lint render bench fuzz dist init-data clean
 
 install: system-deps $(BIN)/kubectl-triton
 
