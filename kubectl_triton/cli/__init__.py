@@ -67,14 +67,15 @@ def _module_exists(module: str) -> bool:
 @click.option("--kubeconfig", envvar="KUBECONFIG", help="Path to the kubeconfig file.")
 @click.option("--context", "kube_context", help="The kubeconfig context to use.")
 @click.option("-n", "--namespace", help="Namespace scope for cluster commands.")
+@click.option("-A", "--all-namespaces", is_flag=True, help="Every namespace (commands that span namespaces).")
 @click.option("-o", "--output", type=click.Choice(list(FORMATS)),
               help="Output format (each command documents which it accepts).")
 @click.option("--color", type=click.Choice(["auto", "always", "never"]), default=None, envvar="KUBECTL_TRITON_COLOR",
               help="Colour the output: auto (on a terminal, unless NO_COLOR is set), always, never.")
 @click.version_option(__version__, prog_name="kubectl-triton", message="%(prog)s %(version)s")
 @click.pass_context
-def cli(ctx: click.Context, kubeconfig: str | None, kube_context: str | None,
-        namespace: str | None, output: str | None, color: str | None) -> None:
+def cli(ctx: click.Context, kubeconfig: str | None, kube_context: str | None, namespace: str | None,
+        all_namespaces: bool, output: str | None, color: str | None) -> None:
     """GitOps toolkit for NVIDIA Triton Inference Server on Kubernetes.
 
     Manifests live in git and Flux applies them; this plugin scaffolds models, gates pull
@@ -84,7 +85,8 @@ def cli(ctx: click.Context, kubeconfig: str | None, kube_context: str | None,
 
     set_mode(color)
     ctx.ensure_object(dict)
-    ctx.obj.update(kubeconfig=kubeconfig, context=kube_context, namespace=namespace, output=output)
+    ctx.obj.update(kubeconfig=kubeconfig, context=kube_context, namespace=namespace, all_namespaces=all_namespaces,
+                   output=output)
 
 
 def main(argv: list[str] | None = None) -> None:
