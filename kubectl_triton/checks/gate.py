@@ -21,6 +21,7 @@ from kubectl_triton.errors import RenderError, TritonCtlError
 from kubectl_triton.formats import schemas, yamlio
 from kubectl_triton.gitops import assembly, repo
 from kubectl_triton.gitops.labels import INSTANCE_LABEL
+from kubectl_triton.gitops.model import Layout
 
 RENDER_FAILED = register("RenderFailed", "error", "overlay",
                          "kustomize cannot build the folder (as Flux's build would fail)",
@@ -43,6 +44,11 @@ DUPLICATE_OBJECT = register("DuplicateObject", "error", "cluster",
 MODEL_REPOSITORY = register("ModelRepositoryInvalid", "error", "overlay",
                             "the model-repository ConfigMap cannot be assembled into a Triton repository",
                             "fix the ConfigMap keys (model/config.pbtxt paths) that the generator writes")
+FLUX_SOURCE_NOT_CHECKED = register(
+    "FluxSourceNotChecked", "info", "cluster",
+    "a Flux Kustomization applies a path of another Flux source than this repository's own (an ExternalArtifact, "
+    "another GitRepository, an OCIRepository or Bucket): its spec.path is not checked here",
+    "nothing to fix; if the source is this repository, declare it in kubectl-triton.yaml (flux.sourceRef)")
 COMPAT_INPUT = register("CompatInputInvalid", "error", "repository",
                         "an engine record or model metadata that the compat checks cannot read",
                         "fix or re-record the file named (kubectl triton record-engine)")
@@ -119,6 +125,7 @@ def _targets(root: Path, findings: list[Finding]) -> list[Target]:
         if repo.kustomization_file(cluster) is not None:
             add(cluster)
     names = {(k.namespace, k.name) for k in repo.flux_kustomizations(root)}
+    layout = Layout.load(root)
     for ks in repo.flux_kustomizations(root):
         rel_file = repo.relative(root, ks.file)
         where = f"Kustomization/{ks.namespace}/{ks.name}"
@@ -133,6 +140,10 @@ def _targets(root: Path, findings: list[Finding]) -> list[Target]:
                 findings.append(FLUX_DEPENDENCY.finding(f"dependsOn {dep.get('name')} names no "
                                         "Flux Kustomization in this repository: Flux would wait for it forever",
                                         path=rel_file, object=where))
+        not_here = _other_source(layout, ks, rel_file, where)
+        if not_here is not None:
+            findings.append(not_here)
+            continue
         path = (root / ks.path).resolve()
         if root.resolve() not in (path, *path.parents):
             findings.append(FLUX_PATH.finding(f"spec.path {ks.path} leaves the repository",
@@ -152,6 +163,18 @@ def _targets(root: Path, findings: list[Finding]) -> list[Target]:
             if timeout:
                 target.flux_timeouts.append(timeout)
     return sorted(targets.values(), key=lambda t: t.rel)
+
+
+def _other_source(layout: Layout, ks: repo.FluxKustomization, rel_file: str, where: str) -> Finding | None:
+    """An info finding when `ks` applies a path of another source than the repository's own (the layout file's
+    flux.sourceRef, default GitRepository/flux-system): that path lies in another artifact, so it is not
+    resolved against this repository (never an error). None for the own source."""
+    kind, name, namespace = ks.source_ref
+    if layout.is_own_source(kind, name, namespace):
+        return None
+    return FLUX_SOURCE_NOT_CHECKED.finding(f"spec.path {ks.path} belongs to {kind or '(no kind)'}/{name}, not to "
+                                           f"this repository's source {layout.source}: not checked",
+                                           path=rel_file, object=where)
 
 
 def _schema_findings(targets: list[Target], version: str) -> list[Finding]:

@@ -24,6 +24,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "compat": ("compat", "Explain engine-to-GPU compatibility verdicts."),
     "diff": ("diff", "What a change does to each cluster: objects added, removed, changed; rollouts."),
     "gpus": ("gpus", "GPU types in the cluster and which overlays can run there."),
+    "init": ("init", "Make a folder or an existing Flux repository a kubectl-triton repository."),
     "promote": ("promote", "Make a model's canary version the stable one."),
     "record-engine": ("record_engine", "Record a TensorRT-LLM engine's metadata for offline compat checks."),
     "render": ("render", "Render overlays with kustomize, as Flux would apply them."),
@@ -104,6 +105,10 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(err.exit_code)
     except click.exceptions.Exit as err:
         sys.exit(err.exit_code)
+    except ModuleNotFoundError as err:  # the single-file release leaves bench/tune's numpy and grpcio out
+        click.echo(f"error: this command needs the Python package {err.name}, which this installation lacks; "
+                   "install the plugin with pipx (pipx install kubectl-triton) or pip", err=True)
+        sys.exit(EXIT_USAGE)
     except (click.Abort, KeyboardInterrupt):
         click.echo("aborted", err=True)
         sys.exit(EXIT_INTERRUPTED)
