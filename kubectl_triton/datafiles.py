@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 from importlib import resources
-from importlib.resources.abc import Traversable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # importlib.resources.abc is Python 3.11+; an annotation only here
+    from importlib.resources.abc import Traversable
 
 
 def data_file(*parts: str) -> Traversable:

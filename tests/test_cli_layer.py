@@ -179,3 +179,14 @@ def test_status_yaml_and_namespace_flag_placement(run_cli, api, placement):  # n
     doc = yaml.safe_load(as_yaml.stdout)
     assert doc == json.loads(as_json.stdout)
     assert [m["model"] for m in doc["models"]] == ["resnet50"] and doc["healthy"] is True
+
+
+def test_all_namespaces_before_the_sub_command(run_cli, api):  # noqa: F811
+    from tests.apiserver import healthy_model
+
+    healthy_model(api.cluster, "a", ns="one")
+    healthy_model(api.cluster, "b", ns="two")
+    res = run_cli("--kubeconfig", str(api.kubeconfig_path), "-A", "status", "--no-probe", "-o", "json")
+    assert res.exit_code == 0, res.stderr
+    assert sorted((m["namespace"], m["model"]) for m in json.loads(res.stdout)["models"]) == [("one", "a"),
+                                                                                            ("two", "b")]

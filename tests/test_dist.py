@@ -4,6 +4,7 @@ release workflow that fills it, and shell completion."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -41,44 +42,71 @@ def test_wheel_holds_the_package_data_and_entry_points(wheel: Path):
     assert "kubectl-triton = kubectl_triton.cli:main" in text
 
 
-def test_zipapp_runs_the_plugin_from_one_file(wheel: Path, tmp_path: Path):
-    """shiv as `make dist` runs it, with the dependencies left out (the venv provides them) to stay fast."""
-    shiv = VENV_BIN / "shiv"
-    if not shiv.exists():
-        pytest.skip("shiv is not installed (pip install -e '.[dist]')")
+PYENV = Path.home() / ".pyenv" / "versions"
+
+
+def interpreters() -> dict[str, str]:
+    """CPython 3.10 ... 3.13 interpreters on this machine (PATH or pyenv), by minor version."""
+    found = {}
+    for minor in ("3.10", "3.11", "3.12", "3.13"):
+        pyenv = sorted(str(p) for p in PYENV.glob(f"{minor}.*/bin/python{minor}"))
+        candidates = [shutil.which(f"python{minor}"), *pyenv]
+        for exe in filter(None, candidates):
+            if subprocess.run([exe, "-c", "pass"], capture_output=True).returncode == 0:
+                found[minor] = exe
+                break
+    return found
+
+
+def test_zipapp_runs_the_plugin_and_refuses_other_pythons_in_one_line(wheel: Path, tmp_path: Path):
+    """tools/zipapp.py as `make dist` runs it, the dependencies left out (the venv provides them) to stay fast."""
     app = tmp_path / "kubectl-triton"
-    proc = subprocess.run([str(shiv), "--reproducible", "-c", "kubectl-triton", "-p", "/usr/bin/env python3",
-                           "-o", str(app), str(wheel), "--no-deps", "--quiet"], capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, str(REPO / "tools/zipapp.py"), "--wheel", str(wheel), "-p", sys.executable,
+                           "--no-deps", "-o", str(app)], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
+    assert os.access(app, os.X_OK) and app.read_bytes().startswith(b"#!/usr/bin/env python3\n")
     site = next(p for p in sys.path if p.endswith("site-packages"))
-    env = {**os.environ, "PYTHONPATH": site, "SHIV_ROOT": str(tmp_path / "shiv")}
+    env = {**os.environ, "PYTHONPATH": site, "KUBECTL_TRITON_ROOT": str(tmp_path / "cache")}
     out = subprocess.run([sys.executable, str(app), "validate", str(REPO), "--no-compat"], capture_output=True,
-                         text=True, env=env, cwd=tmp_path)
+                         text=True, env=env, cwd=tmp_path, timeout=300)
     assert out.returncode == 0, out.stderr
     assert out.stdout.rstrip().endswith("0 error(s), 0 warning(s)")
-    # the package ran from the zip application (unpacked into SHIV_ROOT), not from the checkout
-    assert list((tmp_path / "shiv").glob("kubectl-triton_*/site-packages/kubectl_triton/data/metrics.yaml"))
+    # the package ran from the unpacked file, not from the checkout
+    major, minor = sys.version_info[:2]
+    tag = f"cp{major}{minor}"
+    assert list((tmp_path / "cache").glob("*/common/kubectl_triton/data/init/base/triton/deployment.yaml"))
+    assert not list((tmp_path / "cache").glob(f"*/{tag}/*"))  # one interpreter: everything is shared
+    other = next((exe for version, exe in interpreters().items() if version != f"{major}.{minor}"), None)
+    if other is None:
+        pytest.skip("no second CPython version on this machine")
+    refused = subprocess.run([other, str(app), "version"], capture_output=True, text=True, env=env, timeout=60)
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr
+    assert refused.stderr.startswith(f"error: kubectl-triton needs CPython {major}.{minor}; this is cpython")
 
 
-def test_make_dist_builds_one_executable_with_shiv():
+def test_make_dist_builds_one_file_for_every_supported_python():
     proc = subprocess.run(["make", "-n", "dist"], cwd=REPO, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
-    shiv_line = next(ln for ln in proc.stdout.splitlines() if "/shiv " in ln)
-    assert "-c kubectl-triton" in shiv_line and "-o dist/kubectl-triton" in shiv_line
-    assert "python3." in shiv_line  # the interpreter line names the Python minor the wheels were built for
-    extras = (REPO / "setup.cfg").read_text()
-    assert "dist =\n    shiv" in extras
+    build = next(ln for ln in proc.stdout.replace("\\\n", " ").splitlines() if "tools/zipapp.py" in ln)
+    assert "-o dist/kubectl-triton" in build
+    assert "DIST_PYTHONS ?= python3.10 python3.11 python3.12 python3.13" in (REPO / "Makefile").read_text()
 
 
 @pytest.mark.skipif(not (REPO / "dist/kubectl-triton").exists(), reason="run `make dist` to test the release file")
-def test_built_executable_validates_the_repository(tmp_path: Path):
-    exe = REPO / "dist/kubectl-triton"
+@pytest.mark.parametrize("minor", ["3.10", "3.11", "3.12", "3.13"])
+def test_built_release_file_runs_on_every_supported_python(minor: str, tmp_path: Path):
+    exe = interpreters().get(minor)
+    if exe is None:
+        pytest.skip(f"no python{minor} here")
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    env["PATH"] = os.pathsep.join(p for p in env["PATH"].split(os.pathsep) if Path(p) != VENV_BIN)
-    env["SHIV_ROOT"] = str(tmp_path / "shiv")
-    proc = subprocess.run([str(exe), "validate", str(REPO), "--no-compat"], capture_output=True, text=True,
-                          env=env, cwd=tmp_path, timeout=120)
-    assert proc.returncode == 0, proc.stderr
+    env["KUBECTL_TRITON_ROOT"] = str(tmp_path / "cache")
+    work = tmp_path / "new"
+    work.mkdir()
+    for args in (["init", "--gpu", "l4"], ["add-model", "m", "--backend", "onnxruntime", "--gpu", "l4", "--input",
+                                          "x:FP32:4", "--output", "y:FP32:4"], ["validate"]):
+        proc = subprocess.run([exe, str(REPO / "dist/kubectl-triton"), *args], capture_output=True, text=True,
+                              env=env, cwd=work, timeout=300)
+        assert proc.returncode == 0, (minor, args, proc.stderr[-2000:])
 
 
 def test_krew_manifest_template_is_complete_once_the_workflow_fills_it():
@@ -98,6 +126,30 @@ def test_krew_manifest_template_is_complete_once_the_workflow_fills_it():
     for platform in spec["platforms"]:
         assert platform["bin"] == "kubectl-triton" and platform["sha256"] == "a" * 64
         assert platform["uri"].endswith(".tar.gz")
+        # krew-index refuses archives without the licence
+        assert {"from": "LICENSE", "to": "."} in platform["files"]
+
+
+def test_the_licence_is_apache_2_in_the_checkout_the_wheel_and_the_release_archive(wheel: Path):
+    text = (REPO / "LICENSE").read_text()
+    assert text.split()[:4] == ["Apache", "License", "Version", "2.0,"] and "END OF TERMS AND CONDITIONS" in text
+    assert "license = Apache-2.0" in (REPO / "setup.cfg").read_text()
+    names = zipfile.ZipFile(wheel).namelist()
+    [licence] = [n for n in names if n.endswith("LICENSE") and ".dist-info/" in n]
+    assert zipfile.ZipFile(wheel).read(licence).decode() == text
+    workflow = yaml.safe_load((REPO / ".github/workflows/release.yaml").read_text())
+    package = next(s["run"] for s in workflow["jobs"]["build"]["steps"] if s.get("name") == "Package for krew")
+    assert "kubectl-triton README.md LICENSE" in package
+
+
+def test_wheel_holds_what_init_writes(wheel: Path):
+    """`init` outside this checkout: the bases, the infrastructure, the CI workflow and the layout schema."""
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for rel in sorted(p.relative_to(REPO).as_posix() for p in (REPO / "base").rglob("*") if p.is_file()):
+        assert f"kubectl_triton/data/init/{rel}" in names, rel
+    for data in ("kubectl_triton/data/init/workflow.yaml", "kubectl_triton/data/kubectl-triton.schema.json",
+                 "kubectl_triton/data/init/infrastructure/kustomization.yaml"):
+        assert data in names, data
 
 
 def test_release_workflow_builds_fills_every_placeholder_and_publishes():

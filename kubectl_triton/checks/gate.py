@@ -32,8 +32,10 @@ from kubectl_triton.checks.registry import register
 from kubectl_triton.compat.repo_check import check_metadata, check_repo
 from kubectl_triton.errors import RenderError, TritonCtlError
 from kubectl_triton.formats import schemas, yamlio
-from kubectl_triton.gitops import assembly, inputs, layout, repo
+from kubectl_triton.gitops import assembly, inputs, repo
 from kubectl_triton.gitops.labels import INSTANCE_LABEL
+from kubectl_triton.gitops.layout import LAYOUT_FILE, ClusterProvides, LayoutError, read_cluster_provides
+from kubectl_triton.gitops.model import Layout, Repository
 
 RENDER_FAILED = register("RenderFailed", "error", "overlay",
                          "kustomize cannot build the folder (as Flux's build would fail)",
@@ -56,6 +58,11 @@ DUPLICATE_OBJECT = register("DuplicateObject", "error", "cluster",
 MODEL_REPOSITORY = register("ModelRepositoryInvalid", "error", "overlay",
                             "the model-repository ConfigMap cannot be assembled into a Triton repository",
                             "fix the ConfigMap keys (model/config.pbtxt paths) that the generator writes")
+FLUX_SOURCE_NOT_CHECKED = register(
+    "FluxSourceNotChecked", "info", "cluster",
+    "a Flux Kustomization applies a path of another Flux source than this repository's own (an ExternalArtifact, "
+    "another GitRepository, an OCIRepository or Bucket): its spec.path is not checked here",
+    "nothing to fix; if the source is this repository, declare it in kubectl-triton.yaml (flux.sourceRef)")
 COMPAT_INPUT = register("CompatInputInvalid", "error", "repository",
                         "an engine record or model metadata that the compat checks cannot read",
                         "fix or re-record the file named (kubectl triton record-engine)")
@@ -66,7 +73,7 @@ YAML_INVALID = register(
     "Fix the syntax at the line shown (the folders that use the file cannot render until then).")
 LAYOUT_INVALID = register(
     "LayoutInvalid", "error", "repository",
-    "kubectl-triton.yaml does not follow its schema (kubectl_triton/data/layout.schema.json).",
+    "kubectl-triton.yaml does not follow its schema (kubectl_triton/data/kubectl-triton.schema.json).",
     "Fix the entry at the line shown; docs/layout-file.md describes the `cluster.provides` section.")
 MODEL_METADATA_INVALID = register(
     "ModelMetadataInvalid", "error", "model",
@@ -195,13 +202,13 @@ def _relative_message(root: Path, message: str) -> str:
     return message.replace(f"{root.resolve()}/", "").replace(f"{root}/", "")
 
 
-def _provides(root: Path, findings: list[Finding]) -> layout.ClusterProvides:
+def _provides(root: Path, findings: list[Finding]) -> ClusterProvides:
     """kubectl-triton.yaml's `cluster.provides`; a malformed file is a finding and counts as empty."""
     try:
-        return layout.read_cluster_provides(root)
-    except layout.LayoutError as err:
+        return read_cluster_provides(root)
+    except LayoutError as err:
         findings.append(LAYOUT_INVALID.finding(err.problem, path=err.path, line=err.line))
-        return layout.ClusterProvides(file=layout.LAYOUT_FILE)
+        return ClusterProvides(file=LAYOUT_FILE)
 
 
 def _metadata_findings(root: Path, broken: set[Path]) -> list[Finding]:
@@ -236,6 +243,7 @@ def _targets(root: Path, findings: list[Finding]) -> list[Target]:
             add(cluster)
     flux = repo.flux_kustomizations(root, tolerant=True)
     names = {(k.namespace, k.name) for k in flux}
+    layout = Repository.at(root, tolerant=True).layout
     for ks in flux:
         rel_file = repo.relative(root, ks.file)
         where = f"Kustomization/{ks.namespace}/{ks.name}"
@@ -250,6 +258,10 @@ def _targets(root: Path, findings: list[Finding]) -> list[Target]:
                 findings.append(FLUX_DEPENDENCY.finding(f"dependsOn {dep.get('name')} names no "
                                         "Flux Kustomization in this repository: Flux would wait for it forever",
                                         path=rel_file, object=where))
+        not_here = _other_source(layout, ks, rel_file, where)
+        if not_here is not None:
+            findings.append(not_here)
+            continue
         path = (root / ks.path).resolve()
         if root.resolve() not in (path, *path.parents):
             findings.append(FLUX_PATH.finding(f"spec.path {ks.path} leaves the repository",
@@ -267,6 +279,18 @@ def _targets(root: Path, findings: list[Finding]) -> list[Target]:
             if timeout:
                 target.flux_timeouts.append(timeout)
     return sorted(targets.values(), key=lambda t: t.rel)
+
+
+def _other_source(layout: Layout, ks: repo.FluxKustomization, rel_file: str, where: str) -> Finding | None:
+    """An info finding when `ks` applies a path of another source than the repository's own (the layout file's
+    flux.sourceRef, default GitRepository/flux-system): that path lies in another artifact, so it is not
+    resolved against this repository (never an error). None for the own source."""
+    kind, name, namespace = ks.source_ref
+    if layout.is_own_source(kind, name, namespace):
+        return None
+    return FLUX_SOURCE_NOT_CHECKED.finding(f"spec.path {ks.path} belongs to {kind or '(no kind)'}/{name}, not to "
+                                           f"this repository's source {layout.source}: not checked",
+                                           path=rel_file, object=where)
 
 
 def _schema_findings(targets: list[Target], version: str) -> list[Finding]:

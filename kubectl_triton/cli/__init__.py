@@ -24,6 +24,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "compat": ("compat", "Explain engine-to-GPU compatibility verdicts."),
     "diff": ("diff", "What a change does to each cluster: objects added, removed, changed; rollouts."),
     "gpus": ("gpus", "GPU types in the cluster and which overlays can run there."),
+    "init": ("init", "Make a folder or an existing Flux repository a kubectl-triton repository."),
     "promote": ("promote", "Make a model's canary version the stable one."),
     "record-engine": ("record_engine", "Record a TensorRT-LLM engine's metadata for offline compat checks."),
     "render": ("render", "Render overlays with kustomize, as Flux would apply them."),
@@ -66,14 +67,15 @@ def _module_exists(module: str) -> bool:
 @click.option("--kubeconfig", envvar="KUBECONFIG", help="Path to the kubeconfig file.")
 @click.option("--context", "kube_context", help="The kubeconfig context to use.")
 @click.option("-n", "--namespace", help="Namespace scope for cluster commands.")
+@click.option("-A", "--all-namespaces", is_flag=True, help="Every namespace (commands that span namespaces).")
 @click.option("-o", "--output", type=click.Choice(list(FORMATS)),
               help="Output format (each command documents which it accepts).")
 @click.option("--color", type=click.Choice(["auto", "always", "never"]), default=None, envvar="KUBECTL_TRITON_COLOR",
               help="Colour the output: auto (on a terminal, unless NO_COLOR is set), always, never.")
 @click.version_option(__version__, prog_name="kubectl-triton", message="%(prog)s %(version)s")
 @click.pass_context
-def cli(ctx: click.Context, kubeconfig: str | None, kube_context: str | None,
-        namespace: str | None, output: str | None, color: str | None) -> None:
+def cli(ctx: click.Context, kubeconfig: str | None, kube_context: str | None, namespace: str | None,
+        all_namespaces: bool, output: str | None, color: str | None) -> None:
     """GitOps toolkit for NVIDIA Triton Inference Server on Kubernetes.
 
     Manifests live in git and Flux applies them; this plugin scaffolds models, gates pull
@@ -83,7 +85,8 @@ def cli(ctx: click.Context, kubeconfig: str | None, kube_context: str | None,
 
     set_mode(color)
     ctx.ensure_object(dict)
-    ctx.obj.update(kubeconfig=kubeconfig, context=kube_context, namespace=namespace, output=output)
+    ctx.obj.update(kubeconfig=kubeconfig, context=kube_context, namespace=namespace, all_namespaces=all_namespaces,
+                   output=output)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -102,6 +105,10 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(err.exit_code)
     except click.exceptions.Exit as err:
         sys.exit(err.exit_code)
+    except ModuleNotFoundError as err:  # the single-file release leaves bench/tune's numpy and grpcio out
+        click.echo(f"error: this command needs the Python package {err.name}, which this installation lacks; "
+                   "install the plugin with pipx (pipx install kubectl-triton) or pip", err=True)
+        sys.exit(EXIT_USAGE)
     except (click.Abort, KeyboardInterrupt):
         click.echo("aborted", err=True)
         sys.exit(EXIT_INTERRUPTED)

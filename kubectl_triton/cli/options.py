@@ -68,7 +68,8 @@ def cluster_args(ctx: click.Context, kubeconfig: str | None, kube_context: str |
                  all_namespaces: bool = False) -> ClusterArgs:
     """The command's cluster flags, each falling back to the group's (`kubectl triton -n ns status`)."""
     return ClusterArgs(kubeconfig or _group_value(ctx, "kubeconfig"), kube_context or _group_value(ctx, "context"),
-                       namespace or _group_value(ctx, "namespace"), all_namespaces)
+                       namespace or _group_value(ctx, "namespace"),
+                       all_namespaces or bool(_group_value(ctx, "all_namespaces")))
 
 
 def _group_value(ctx: click.Context, key: str) -> Any:

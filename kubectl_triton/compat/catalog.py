@@ -19,6 +19,7 @@ class GPU:
     compute_capability: str
     memory_mib: int
     family: str
+    name: str = ""  # what people call it ("NVIDIA L4 24 GB"); the header comment of its GPU Component
     gpus_per_node: int | None = None  # GPUs of the usual server (HGX baseboard: 8); None where servers vary
 
     @property
@@ -35,17 +36,33 @@ def cc_tuple(cc: str | None) -> tuple[int, int] | None:
     return (int(m.group(1)), int(m.group(2))) if m else None
 
 
+_EXTRA: dict[str, GPU] = {}  # GPU types a repository declares in its layout file (see `register`)
+
+
 @cache
-def gpus() -> dict[str, GPU]:
-    """Every catalog entry by key."""
+def bundled() -> dict[str, GPU]:
+    """The catalog shipped in the package (data/gpus.yaml), by key."""
     out = {}
     for key, entry in load("gpus.yaml")["gpus"].items():
         out[key] = GPU(key=key, gfd_products=tuple(entry["gfd_products"]),
                        smi_names=tuple(entry["smi_names"]),
                        compute_capability=str(entry["compute_capability"]),
                        memory_mib=int(entry["memory_mib"]), family=str(entry["family"]),
+                       name=str(entry.get("name") or entry["gfd_products"][0]),
                        gpus_per_node=int(entry["gpus_per_node"]) if entry.get("gpus_per_node") else None)
     return out
+
+
+def gpus() -> dict[str, GPU]:
+    """Every GPU type known to this process: the bundled catalog, then the repository's own types."""
+    return {**bundled(), **_EXTRA} if _EXTRA else bundled()
+
+
+def register(extra: tuple[GPU, ...]) -> None:
+    """Make a repository's declared GPU types (its layout file's `gpus:`) known to every lookup; a declared
+    key replaces the bundled entry of that key. Called when the repository is read."""
+    _EXTRA.clear()
+    _EXTRA.update({g.key: g for g in extra})
 
 
 def _norm(text: str) -> str:

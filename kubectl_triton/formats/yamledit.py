@@ -26,6 +26,8 @@ def _yaml(text: str, source: str) -> tuple[Any, Any]:
     yaml.width = 4096  # never re-wrap long lines
     sequence = indent or 2
     offset = block_seq_indent if block_seq_indent is not None else 0
+    if indent is None and block_seq_indent is None:  # nothing nested to copy: the style of the Flux examples
+        sequence, offset = 4, 2
     yaml.indent(mapping=max(2, sequence - offset) if offset else sequence, sequence=sequence, offset=offset)
     try:
         doc = yaml.load(text)

@@ -118,7 +118,7 @@ def read_cluster_provides(root: Path) -> ClusterProvides:
                           f"invalid YAML: {getattr(err, 'problem', None) or err}") from None
     if doc is None:
         return ClusterProvides(file=LAYOUT_FILE)
-    schema = json.loads(data_text("layout.schema.json"))
+    schema = json.loads(data_text("kubectl-triton.schema.json"))
     errors = sorted(jsonschema.Draft202012Validator(schema).iter_errors(doc), key=lambda e: list(e.absolute_path))
     if errors:
         first = errors[0]

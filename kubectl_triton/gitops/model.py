@@ -6,16 +6,20 @@ writes; a repository can name other folders in its layout file (see `Layout.load
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from kubectl_triton.compat.catalog import GPU, register
+from kubectl_triton.datafiles import data_text
 from kubectl_triton.errors import InputError
 from kubectl_triton.formats.yamlio import load_all, load_all_shared
 
 LAYOUT_FILE = "kubectl-triton.yaml"
+LAYOUT_SCHEMA = "kubectl-triton.schema.json"
 KUSTOMIZATION_FILES = ("kustomization.yaml", "kustomization.yml", "Kustomization")
 FLUX_KUSTOMIZATION_API = "kustomize.toolkit.fluxcd.io/"
 HELM_RELEASE_API = "helm.toolkit.fluxcd.io/"
@@ -27,6 +31,9 @@ ROUTE_DIR = "route"
 MODEL_METADATA = "model.yaml"
 ENGINES_DIR = "engines"
 CONFIG = "config.pbtxt"
+
+
+SOURCE_KINDS = ("GitRepository", "OCIRepository", "Bucket", "ExternalArtifact")
 
 
 @dataclass(frozen=True)
@@ -42,20 +49,24 @@ class Layout:
     source_kind: str = "GitRepository"
     source_name: str = "flux-system"
     depends_on: tuple[str, ...] = ("infrastructure", "platform")
+    platform: str = "platform"  # the Flux Kustomization applying <bases>/platform
+    monitoring: str = "monitoring"  # the Flux Kustomization applying <bases>/monitoring
+    source_namespace: str = "flux-system"
+    gpu_types: tuple[GPU, ...] = ()  # the repository's own GPU types (`gpus:`), beyond the bundled catalog
     file: Path | None = None  # the layout file it was read from; None: defaults
 
     @classmethod
     def load(cls, root: Path) -> Layout:
-        """The layout file's `paths:` and `flux:` sections over the defaults (defaults when there is no file)."""
+        """The layout file over the defaults (defaults when there is no file); the file is checked against
+        the JSON Schema shipped in the package (data/kubectl-triton.schema.json)."""
         path = root / LAYOUT_FILE
         if not path.is_file():
             return cls()
         docs = load_all(path)
-        doc = docs[0] if docs else {}
-        if doc is None:
-            doc = {}
+        doc = (docs[0] if docs else None) or {}  # an empty file: the defaults
         if not isinstance(doc, dict):
             raise InputError(f"{LAYOUT_FILE}: expected a mapping at the top level")
+        _check_schema(doc)
         paths = _section(doc, "paths")
         flux = _section(doc, "flux")
         source = _mapping(flux.get("sourceRef"))
@@ -67,9 +78,24 @@ class Layout:
             values["source_kind"] = str(source["kind"])
         if source.get("name"):
             values["source_name"] = str(source["name"])
+        if source.get("namespace"):
+            values["source_namespace"] = str(source["namespace"])
         if isinstance(flux.get("dependsOn"), list):
             values["depends_on"] = tuple(str(d) for d in flux["dependsOn"])
+        for key in ("platform", "monitoring"):
+            if flux.get(key):
+                values[key] = str(flux[key])
+        values["gpu_types"] = tuple(_gpu_type(k, v) for k, v in _section(doc, "gpus").items())
         return cls(**values, file=path)
+
+    @property
+    def source(self) -> str:
+        """KIND/NAME of the repository's own Flux source."""
+        return f"{self.source_kind}/{self.source_name}"
+
+    def is_own_source(self, kind: str, name: str, namespace: str) -> bool:
+        """Is sourceRef (kind, name, namespace) this repository's own source (its spec.path lies here)?"""
+        return (kind, name, namespace) == (self.source_kind, self.source_name, self.source_namespace)
 
     # Paths of things that may not exist yet (what add-model, canary and init write), relative to the root.
     def model_dir(self, model: str) -> str:
@@ -86,6 +112,34 @@ class Layout:
 
     def engines_dir(self, model: str, gpu: str | None = None) -> str:
         return f"{self.models}/{model}/{ENGINES_DIR}" + (f"/{gpu}" if gpu else "")
+
+
+def _check_schema(doc: dict[str, Any]) -> None:
+    """One InputError naming the first place where `doc` breaks the layout file's JSON Schema."""
+    import jsonschema
+
+    schema = json.loads(data_text(LAYOUT_SCHEMA))
+    error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema).iter_errors(doc))
+    if error is not None:
+        where = "/".join(str(p) for p in error.absolute_path) or "(top level)"
+        raise InputError(f"{LAYOUT_FILE}: {where}: {error.message}",
+                         hint=f"the layout file's keys are described in kubectl_triton/data/{LAYOUT_SCHEMA}")
+
+
+def _gpu_type(key: str, entry: dict[str, Any]) -> GPU:
+    """A `gpus:` entry of the layout file as a catalog GPU; FP8/FP4 flags must agree with the compute capability
+    (the compat checks derive precision support from it)."""
+    cc = str(entry["computeCapability"])
+    major, minor = (int(x) for x in cc.split("."))
+    for flag, since in (("fp8", (8, 9)), ("fp4", (10, 0))):
+        if flag in entry and bool(entry[flag]) != ((major, minor) >= since):
+            raise InputError(f"{LAYOUT_FILE}: gpus/{key}/{flag}: {str(entry[flag]).lower()} disagrees with "
+                             f"computeCapability {cc} ({flag.upper()} needs {since[0]}.{since[1]} or later)")
+    product = str(entry["product"])
+    return GPU(key=key, gfd_products=(product,), smi_names=(product.replace("-", " "),), compute_capability=cc,
+               memory_mib=int(entry["memoryMiB"]), family=str(entry.get("family") or "unknown"),
+               name=str(entry.get("name") or product.replace("-", " ")),
+               gpus_per_node=int(entry["gpusPerNode"]) if entry.get("gpusPerNode") else None)
 
 
 def _section(doc: dict[str, Any], key: str) -> dict[str, Any]:
@@ -205,6 +259,7 @@ class Repository:
             if not tolerant:
                 raise
             layout = Layout()
+        register(layout.gpu_types)  # the repository's own GPU types join the catalog for every lookup
         return cls(root, layout, tolerant)
 
     @classmethod

@@ -27,7 +27,7 @@ from kubectl_triton.formats.yamledit import edit_resources
 from kubectl_triton.gitops import inferencepool
 from kubectl_triton.gitops.inferencepool import platform_picker
 from kubectl_triton.gitops.layout import confine
-from kubectl_triton.gitops.model import LAYOUT_FILE
+from kubectl_triton.gitops.model import LAYOUT_FILE, Layout, Repository
 from kubectl_triton.gitops.repo import flux_kustomizations
 
 BACKENDS = ("tensorrtllm", "onnxruntime", "pytorch", "tensorflow", "python", "ensemble")
@@ -57,6 +57,7 @@ _IMAGE_TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,100}")
 _PLAIN = re.compile(r"[A-Za-z0-9/._][A-Za-z0-9/._:@+\-]*")
 
 TRITON_MODELS_ANNOTATION = "triton.kubectl.io/triton-models"
+DEFAULT_LAYOUT = Layout()  # the layout without a layout file
 
 
 # ---- options -------------------------------------------------------------------------------------
@@ -147,6 +148,7 @@ class RepoFacts:
     model_files: tuple[str, ...] = ()  # existing files of this model (models/NAME, overlays/NAME, its Flux files)
     flux_entries: tuple[str, ...] = ()  # kustomization entries of this model's existing Flux files
     picker: Any = None  # inferencepool.EndpointPicker the platform provides (layout file), else None
+    layout: Layout = field(default_factory=Layout)  # namespace, Flux sourceRef and dependsOn names
 
 
 @dataclass(frozen=True)
@@ -854,14 +856,14 @@ def _instance_labels(name: str, multinode: bool = False) -> Any:
     return Y.seq([Y.mapping(pairs=pairs, includeSelectors=True, fields=fields)])
 
 
-def serving_kustomization(opts: Options, gpu: str) -> str:
+def serving_kustomization(opts: Options, gpu: str, layout: Layout = DEFAULT_LAYOUT) -> str:
     """overlays/NAME/GPU/kustomization.yaml: base + model Component + GPU Component (+ S3, + tp x pp GPUs)."""
     components = Y.seq(["../model", f"../../gpus/{gpu}"])
     if parse_artifact(opts.artifact, opts.name)["source"] == "s3":
         components.append("../../artifacts/s3")
     if opts.autoscaler == "keda":  # scale to zero: a KEDA ScaledObject instead of the base HPA
         components.append("../../autoscaling/keda")
-    doc = Y.mapping(apiVersion="kustomize.config.k8s.io/v1beta1", kind="Kustomization", namespace="triton",
+    doc = Y.mapping(apiVersion="kustomize.config.k8s.io/v1beta1", kind="Kustomization", namespace=layout.namespace,
                     namePrefix=f"{opts.name}-",
                     labels=_instance_labels(opts.name, opts.backend == "tensorrtllm" and opts.llm.nodes > 1),
                     resources=Y.seq(["../../../base/triton"]), components=components)
@@ -920,10 +922,10 @@ def group_patch(opts: Options) -> Any:
     return ops
 
 
-def engine_build_kustomization(opts: Options, gpu: str) -> str:
+def engine_build_kustomization(opts: Options, gpu: str, layout: Layout = DEFAULT_LAYOUT) -> str:
     """overlays/NAME/GPU-engine-build/kustomization.yaml: the engine-build Job for this model and GPU."""
     name = opts.name
-    doc = Y.mapping(apiVersion="kustomize.config.k8s.io/v1beta1", kind="Kustomization", namespace="triton",
+    doc = Y.mapping(apiVersion="kustomize.config.k8s.io/v1beta1", kind="Kustomization", namespace=layout.namespace,
                     namePrefix=f"{name}-{gpu}-",
                     labels=Y.seq([Y.mapping(pairs=Y.mapping([("app.kubernetes.io/instance", name)]))]),
                     resources=Y.seq(["../../../base/engine-build"]), components=Y.seq([f"../../gpus/{gpu}"]),
@@ -942,14 +944,20 @@ def engine_build_kustomization(opts: Options, gpu: str) -> str:
 
 
 def flux_kustomization(name: str, path: str, *, timeout: str, depends: tuple[str, ...] = (),
-                       force: bool = False) -> str:
-    """clusters/CLUSTER/models/NAME.yaml: the Flux Kustomization that applies one overlay."""
+                       force: bool = False, layout: Layout = DEFAULT_LAYOUT) -> str:
+    """clusters/CLUSTER/models/NAME.yaml: the Flux Kustomization that applies one overlay (dependsOn and sourceRef:
+    the layout file's names)."""
     spec = Y.mapping(interval="10m", retryInterval="1m", timeout=timeout, path=f"./{path}", prune=True, wait=True,
                      force=True if force else None)
     if force:
         Y.comment(spec, "force", "A Job's pod template is immutable: recreate it when the build options change.", 2)
-    spec["dependsOn"] = Y.seq(Y.mapping(name=d) for d in ("infrastructure", "platform", *depends))
-    spec["sourceRef"] = Y.mapping(kind="GitRepository", name="flux-system")
+    needs = (*layout.depends_on, *depends)
+    if needs:
+        spec["dependsOn"] = Y.seq(Y.mapping(name=d) for d in needs)
+    source = Y.mapping(kind=layout.source_kind, name=layout.source_name)
+    if layout.source_namespace != "flux-system":
+        source["namespace"] = layout.source_namespace
+    spec["sourceRef"] = source
     doc = Y.mapping(apiVersion="kustomize.toolkit.fluxcd.io/v1", kind="Kustomization",
                     metadata=Y.mapping(name=name, namespace="flux-system"), spec=spec)
     return Y.dumps(doc)
@@ -1022,7 +1030,7 @@ def render(opts: Options, facts: RepoFacts) -> dict[str, str]:
     flux_dir = f"clusters/{facts.cluster}/models"
     entries = []
     for index, gpu in enumerate(opts.gpus):
-        files[f"overlays/{name}/{gpu}/kustomization.yaml"] = serving_kustomization(opts, gpu)
+        files[f"overlays/{name}/{gpu}/kustomization.yaml"] = serving_kustomization(opts, gpu, facts.layout)
         if index:
             # One GPU type per model per cluster: the overlays render the same object names, so a second one
             # registered here would fight the first. Further --gpu overlays are for other clusters.
@@ -1030,13 +1038,15 @@ def render(opts: Options, facts: RepoFacts) -> dict[str, str]:
         depends: tuple[str, ...] = ()
         if opts.backend == "tensorrtllm":
             build = f"{name}-{gpu}-engine-build"
-            files[f"overlays/{name}/{gpu}-engine-build/kustomization.yaml"] = engine_build_kustomization(opts, gpu)
+            files[f"overlays/{name}/{gpu}-engine-build/kustomization.yaml"] = engine_build_kustomization(opts, gpu,
+                                                                                                         facts.layout)
             files[f"{flux_dir}/{build}.yaml"] = flux_kustomization(
-                build, f"overlays/{name}/{gpu}-engine-build", timeout="2h", force=True)
+                build, f"overlays/{name}/{gpu}-engine-build", timeout="2h", force=True, layout=facts.layout)
             entries.append(f"{build}.yaml")
             depends = (build,)
         files[f"{flux_dir}/{name}-{gpu}.yaml"] = flux_kustomization(
-            f"{name}-{gpu}", f"overlays/{name}/{gpu}", timeout="30m" if depends else "15m", depends=depends)
+            f"{name}-{gpu}", f"overlays/{name}/{gpu}", timeout="30m" if depends else "15m", depends=depends,
+            layout=facts.layout)
         entries.append(f"{name}-{gpu}.yaml")
     if opts.route == "inferencepool":
         multinode = opts.backend == "tensorrtllm" and opts.llm.nodes > 1
@@ -1045,7 +1055,8 @@ def render(opts: Options, facts: RepoFacts) -> dict[str, str]:
                                                    openai=opts.frontend == "openai").items():
             files[f"overlays/{name}/route/{rel}"] = text
         files[f"{flux_dir}/{name}-route.yaml"] = flux_kustomization(
-            f"{name}-route", f"overlays/{name}/route", timeout="5m", depends=(f"{name}-{opts.gpus[0]}",))
+            f"{name}-route", f"overlays/{name}/route", timeout="5m", depends=(f"{name}-{opts.gpus[0]}",),
+            layout=facts.layout)
         entries.append(f"{name}-route.yaml")
     source = f"{flux_dir}/kustomization.yaml"
     stale = [e for e in facts.flux_entries if e not in entries]
@@ -1165,7 +1176,8 @@ def read_facts(root: Path, opts: Options, cluster: str | None) -> RepoFacts:
     if (root / rel).exists() and rel not in existing:
         existing.append(rel)
     return RepoFacts(gpus=gpu_keys(root), cluster=cluster_name, cluster_kustomization=ktext, members=members,
-                     model_files=tuple(sorted(existing)), flux_entries=tuple(flux_entries), picker=picker)
+                     model_files=tuple(sorted(existing)), flux_entries=tuple(flux_entries), picker=picker,
+                     layout=Repository.at(root).layout)
 
 
 # ---- I/O: writing all or nothing --------------------------------------------------------------------

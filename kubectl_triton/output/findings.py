@@ -36,8 +36,9 @@ def to_text(findings: list[Finding], color: bool = False) -> str:
         lines.append(f"{st.bold(where)}: {st.severity(f.severity)} [{f.code}] " + (f"{subject}: " if subject else "")
                      + f.message)
     errors = sum(f.severity == ERROR for f in findings)
-    warnings = len(findings) - errors
-    summary = f"{errors} error(s), {warnings} warning(s)"
+    infos = sum(f.severity == "info" for f in findings)
+    warnings = len(findings) - errors - infos
+    summary = f"{errors} error(s), {warnings} warning(s)" + (f", {infos} info" if infos else "")
     lines.append(st.red(summary) if errors else st.yellow(summary) if warnings else st.green(summary))
     return "\n".join(lines)
 
@@ -59,7 +60,8 @@ def to_github(findings: list[Finding]) -> str:
         props.append(f"title={_gh_escape(f.code, True)}")
         subject = f.model or f.object
         msg = (f"{subject}: " if subject else "") + f.message
-        out.append(f"::{f.severity} {','.join(props)}::{_gh_escape(msg)}")
+        level = "notice" if f.severity == "info" else f.severity  # GitHub's levels: error, warning, notice
+        out.append(f"::{level} {','.join(props)}::{_gh_escape(msg)}")
     return "\n".join(out)
 
 
@@ -67,8 +69,9 @@ def github_summary(findings: list[Finding], title: str = "kubectl triton validat
     """A Markdown table for $GITHUB_STEP_SUMMARY."""
     errors = sum(f.severity == ERROR for f in findings)
     verdict = "passed" if not errors else "failed"
-    rows = [f"## {title}: {verdict}", "",
-            f"{errors} error(s), {len(findings) - errors} warning(s)", ""]
+    infos = sum(f.severity == "info" for f in findings)
+    rows = [f"## {title}: {verdict}", "", f"{errors} error(s), {len(findings) - errors - infos} warning(s)"
+            + (f", {infos} info" if infos else ""), ""]
     if findings:
         rows += ["| severity | code | file | model/object | message |", "|---|---|---|---|---|"]
         for f in findings:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import click
 
 from kubectl_triton.cli.commands._plan import apply_plan
+from kubectl_triton.compat import catalog
 from kubectl_triton.gitops import repo
+from kubectl_triton.gitops.init import gpu_component_files
 from kubectl_triton.gitops.scaffold import (
     BACKENDS,
     DEFAULT_IMAGE_TAG,
@@ -30,7 +33,8 @@ _LLM = "TensorRT-LLM (--backend tensorrtllm): "
 @click.argument("name")
 @click.option("--backend", required=True, metavar="BACKEND", help=f"One of: {', '.join(BACKENDS)}.")
 @click.option("--gpu", "gpus", multiple=True, metavar="GPU",
-              help="GPU type (a folder under overlays/gpus/); repeat for one overlay per GPU type.")
+              help="GPU type (a Component under overlays/gpus/, or a catalog or kubectl-triton.yaml type, whose "
+                   "Component is then written); repeat for one overlay per GPU type.")
 @click.option("--cluster", help="Folder under clusters/ to register with (default: the only one).")
 @click.option("--max-batch-size", type=int, help="Triton max_batch_size (default 8; tensorrtllm 64; ensemble: "
               "the smallest of its models).")
@@ -109,7 +113,14 @@ def command(name: str, backend: str, gpus: tuple[str, ...], cluster: str | None,
                    outputs=tuple(parse_tensor(t, "--output") for t in outputs), image_tag=image_tag, llm=llm,
                    steps=tuple(parse_step(s) for s in steps), autoscaler=autoscaler, frontend=frontend, route=route,
                    gateway=gateway)
-    todo = plan(opts, read_facts(root, opts, cluster), force=force)
+    facts = read_facts(root, opts, cluster)
+    # A GPU type of the catalog or of kubectl-triton.yaml without a Component yet: its Component is written too.
+    components = {rel: text for gpu in opts.gpus if gpu not in facts.gpus and gpu in catalog.gpus()
+                  for rel, text in gpu_component_files(facts.layout, gpu).items()}
+    if components:
+        facts = replace(facts, gpus=tuple(sorted({*facts.gpus, *opts.gpus} & {*facts.gpus, *catalog.gpus()})))
+    todo = plan(opts, facts, force=force)
+    todo = replace(todo, files={**components, **todo.files})
     apply_plan(root, todo, dry_run)
     if dry_run:
         return

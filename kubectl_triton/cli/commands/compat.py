@@ -3,6 +3,7 @@ engine directory against one GPU type."""
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import click
@@ -76,6 +77,10 @@ def command(ctx: click.Context, repo_dir: Path | None, model: str | None, gpu: s
             raise click.UsageError("REPO_DIR and --engine-dir are exclusive")
         if not gpu:
             raise click.UsageError("--engine-dir needs --gpu")
+        from kubectl_triton.gitops.model import Repository
+
+        with contextlib.suppress(InputError):
+            Repository.find()  # inside a repository, its own GPU types (kubectl-triton.yaml `gpus:`) count too
         result = single_result(engine_dir, gpu, image, gpus_per_pod, config_path, model)
         click.echo(format_single(result, engine_dir) if output == "text" else dumps(results_document([result]), output),
                    color=_color())

@@ -49,9 +49,10 @@ def command(ctx: click.Context, models: tuple[str, ...], namespace: str | None, 
     from kubectl_triton.status.collect import Collector, exit_code, wait_for
 
     fmt = output_format(ctx, output, FORMATS)
+    where = cluster_args(ctx, kubeconfig, kube_context, namespace, all_namespaces)
+    all_namespaces = where.all_namespaces
     if all_namespaces and namespace is not None:
         raise click.UsageError("pass either -n NAMESPACE or -A, not both")
-    where = cluster_args(ctx, kubeconfig, kube_context, namespace, all_namespaces)
     kube = kube_mod.connect(where.kubeconfig, where.context, where.namespace, request_timeout=request_timeout)
     scope = kube_mod.ALL_NAMESPACES if all_namespaces else kube.namespace
     collector = Collector(kube, scope, tuple(dict.fromkeys(models)), probe=not no_probe)

@@ -11,7 +11,7 @@ from kubectl_triton.checks.findings import has_errors
 from kubectl_triton.cli.options import output_format, output_option
 from kubectl_triton.errors import InputError
 from kubectl_triton.formats import schemas
-from kubectl_triton.gitops import repo
+from kubectl_triton.gitops.model import Repository
 
 FORMATS = ("text", "json", "yaml", "github")
 LIST_FORMATS = ("text", "json", "yaml", "markdown")
@@ -51,7 +51,15 @@ def command(ctx: click.Context, repo_dir: Path | None, with_triton: bool, output
         raise InputError(f"{repo_dir}: no such directory")
     if not schemas.supported_version(kubernetes_version):
         raise InputError(f"--kubernetes-version {kubernetes_version}: no bundled schemas for that version")
-    root = repo.find_root(repo_dir)
+    repository = Repository.find(repo_dir)
+    root = repository.root
+    if with_triton and not _triton_available():
+        click.echo("warning: --triton needs the tritonserver of nvidia-pytriton "
+                   "(pip install 'kubectl-triton[triton]'); static checks only", err=True)
+        with_triton = False
+    if not repository.overlays:
+        click.echo(f"note: no model overlay under {repository.layout.overlays}/ yet: only the bases and Flux objects "
+                   "are checked (kubectl triton add-model NAME --backend BACKEND --gpu GPU adds one)", err=True)
     progress = None
     if output == "text" and sys.stderr.isatty():
         def progress(msg: str) -> None:
@@ -61,3 +69,15 @@ def command(ctx: click.Context, repo_dir: Path | None, with_triton: bool, output
     emit(findings, output, click.echo)
     if has_errors(findings):
         raise click.exceptions.Exit(1)
+
+
+def _triton_available() -> bool:
+    """Is a tritonserver at hand (nvidia-pytriton in this environment, or one on PATH)?"""
+    from kubectl_triton.adapters.tritonserver import find_install
+    from kubectl_triton.errors import ToolMissing
+
+    try:
+        find_install()
+    except ToolMissing:
+        return False
+    return True

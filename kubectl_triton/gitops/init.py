@@ -1,0 +1,431 @@
+"""`kubectl triton init` core: the files that make a folder (empty, or an existing Flux repository) a kubectl-triton
+repository, as a plan (repository-relative path -> text) that `scaffold.write_plan` writes all or nothing.
+
+Every manifest comes from the package: the bases are copied from data/init/ byte for byte; GPU Components,
+cluster Flux objects, the CI workflow and the layout file are data dumped by ruamel.yaml. A file that already
+exists is never rewritten: identical ones are skipped, different ones are kept and reported. The only edit of a
+user's file is appending entries to a cluster's kustomization.yaml `resources:` (round trip, comments kept)."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kubectl_triton import __version__
+from kubectl_triton.compat.catalog import GPU, gpus, register
+from kubectl_triton.datafiles import data_file
+from kubectl_triton.errors import InputError
+from kubectl_triton.formats.yamledit import edit_resources
+from kubectl_triton.formats.yamlio import load_all
+from kubectl_triton.gitops.model import (
+    LAYOUT_FILE,
+    SOURCE_KINDS,
+    FluxKustomization,
+    Layout,
+    Repository,
+    kustomization_file,
+)
+from kubectl_triton.gitops.scaffold import validate_name
+
+DEFAULT_CLUSTER = "production"
+WORKFLOW = ".github/workflows/kubectl-triton.yaml"
+FLUX_API = "kustomize.toolkit.fluxcd.io/v1"
+ARTIFACT_GENERATOR_API = "source.extensions.fluxcd.io/"
+BASES = ("triton", "engine-build", "platform", "monitoring")
+INFRASTRUCTURE = "infrastructure"  # name of the GPU Operator / prometheus-adapter Kustomization of a new repository
+
+
+@dataclass(frozen=True)
+class InitOptions:
+    """What `init` was asked for: GPU types (empty: the whole catalog), cluster folder, own source KIND/NAME."""
+
+    gpus: tuple[str, ...] = ()
+    cluster: str | None = None
+    source: str | None = None
+
+
+@dataclass
+class InitPlan:
+    """The files to write and what to tell the user."""
+
+    layout: Layout
+    cluster: str
+    adopted: bool  # the folder already held Flux Kustomizations
+    files: dict[str, str] = field(default_factory=dict)  # path -> text: new files and appended lists
+    created: list[str] = field(default_factory=list)
+    appended: list[str] = field(default_factory=list)  # user files that get entries appended
+    kept: list[str] = field(default_factory=list)  # existing files that differ from init's; left as they are
+    review: list[str] = field(default_factory=list)
+
+
+# ---- YAML as data ---------------------------------------------------------------------------------
+
+def _yaml() -> Any:
+    from ruamel.yaml import YAML
+
+    yaml = YAML(typ="rt")
+    yaml.indent(mapping=2, sequence=4, offset=2)
+    yaml.width = 4096
+    return yaml
+
+
+def dump(doc: Any, comment: str | None = None) -> str:
+    """`doc` as block YAML (2-space mappings, `- ` items indented under their key), `comment` lines on top."""
+    from ruamel.yaml.comments import CommentedMap
+
+    if comment:
+        doc = CommentedMap(doc)
+        doc.yaml_set_start_comment(comment)
+    out = io.StringIO()
+    _yaml().dump(doc, out)
+    return out.getvalue()
+
+
+def _data(*parts: str) -> Any:
+    return data_file("init", *parts)
+
+
+def _data_files(top: Any, prefix: str = "") -> Iterator[tuple[str, bytes]]:
+    for entry in sorted(top.iterdir(), key=lambda e: e.name):
+        if entry.name == "__pycache__":
+            continue
+        if entry.is_dir():
+            yield from _data_files(entry, f"{prefix}{entry.name}/")
+        else:
+            yield f"{prefix}{entry.name}", entry.read_bytes()
+
+
+# ---- what init writes -------------------------------------------------------------------------------
+
+DEFAULT_NAMESPACE = "triton"  # the namespace the packaged platform base creates
+NAMESPACED = {"platform/namespace.yaml": ("metadata", "name"), "platform/persistentvolumeclaim.yaml": ("metadata",
+                                                                                                  "namespace")}
+
+
+def base_files(layout: Layout) -> dict[str, str]:
+    """The Triton, engine-build, platform and monitoring bases, as the package holds them; with another target
+    namespace in the layout file, the platform's Namespace and volume claim name it (round trip, comments kept)."""
+    out = {}
+    for rel, data in _data_files(_data("base")):
+        text = data.decode("utf-8")
+        if layout.namespace != DEFAULT_NAMESPACE and rel in NAMESPACED:
+            yaml = _yaml()
+            doc = yaml.load(text)
+            section, key = NAMESPACED[rel]
+            doc[section][key] = layout.namespace
+            buf = io.StringIO()
+            yaml.dump(doc, buf)
+            text = buf.getvalue()
+        out[f"{layout.bases}/{rel}"] = text
+    return out
+
+
+def gpu_component(gpu: GPU) -> dict[str, str]:
+    """The Kustomize Component of one GPU type, by file name: node selector on GFD's product label, the
+    nvidia.com/gpu toleration and one GPU for the Deployment's tritonserver and the engine-build Job."""
+    def patch(api: str, kind: str, container: str) -> dict[str, Any]:
+        return {"apiVersion": api, "kind": kind, "metadata": {"name": "any"}, "spec": {"template": {"spec": {
+            "nodeSelector": {"nvidia.com/gpu.product": gpu.label},
+            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+            "containers": [{"name": container, "resources": {"limits": {"nvidia.com/gpu": 1}}}]}}}}
+
+    component = {"apiVersion": "kustomize.config.k8s.io/v1alpha1", "kind": "Component", "patches": [
+        {"path": "gpu.yaml", "target": {"kind": "Deployment"}},
+        {"path": "gpu-job.yaml", "target": {"kind": "Job"}}]}
+    title = f"{gpu.name or gpu.label} ({gpu.family.capitalize()}, compute {gpu.compute_capability})"
+    return {"kustomization.yaml": dump(component, title), "gpu.yaml": dump(patch("apps/v1", "Deployment",
+                                                                                 "tritonserver")),
+            "gpu-job.yaml": dump(patch("batch/v1", "Job", "engine-build"))}
+
+
+def gpu_component_files(layout: Layout, key: str) -> dict[str, str]:
+    """Repository-relative files of GPU type `key`'s Component (a catalog or layout-file type)."""
+    gpu = gpus().get(key)
+    if gpu is None:
+        raise InputError(f"--gpu {key!r}: not a GPU type of the catalog or of {LAYOUT_FILE}",
+                         hint=f"known: {', '.join(gpus())}; declare others under `gpus:` in {LAYOUT_FILE}")
+    return {f"{layout.gpu_component(key)}/{name}": text for name, text in gpu_component(gpu).items()}
+
+
+def flux_kustomization(layout: Layout, name: str, path: str, *, interval: str, timeout: str,
+                       depends_on: tuple[str, ...] = (), comment: str | None = None) -> str:
+    """A Flux Kustomization applying `path` of this repository's own source."""
+    spec: dict[str, Any] = {"interval": interval, "retryInterval": "1m", "timeout": timeout, "path": f"./{path}",
+                            "prune": True, "wait": True}
+    if depends_on:
+        spec["dependsOn"] = [{"name": d} for d in depends_on]
+    spec["sourceRef"] = source_ref(layout)
+    return dump({"apiVersion": FLUX_API, "kind": "Kustomization",
+                 "metadata": {"name": name, "namespace": "flux-system"}, "spec": spec}, comment)
+
+
+def source_ref(layout: Layout, namespace: str = "flux-system") -> dict[str, str]:
+    """The sourceRef of a Kustomization in `namespace` pointing at the repository's own source."""
+    ref = {"kind": layout.source_kind, "name": layout.source_name}
+    if layout.source_namespace != namespace:
+        ref["namespace"] = layout.source_namespace
+    return ref
+
+
+def cluster_files(layout: Layout, cluster: str, *, infrastructure: bool) -> dict[str, str]:
+    """The cluster folder's Flux objects: platform, monitoring, the models list (and, for a new repository,
+    the GPU Operator and prometheus-adapter infrastructure)."""
+    top = layout.cluster_dir(cluster)
+    infra = tuple(d for d in layout.depends_on if d != layout.platform)
+    files = {f"{top}/{layout.platform}.yaml": flux_kustomization(
+        layout, layout.platform, f"{layout.bases}/platform", interval="1h", timeout="5m",
+        comment="The namespace Triton runs in and the model-artifacts volume.")}
+    if infrastructure:
+        # Outside the cluster folder: Flux would otherwise apply its HelmReleases twice (the folder's
+        # generated kustomization takes every sub-folder holding a kustomization.yaml).
+        files[f"{top}/{INFRASTRUCTURE}.yaml"] = flux_kustomization(
+            layout, INFRASTRUCTURE, INFRASTRUCTURE, interval="1h", timeout="15m",
+            comment="GPU Operator (GPU Feature Discovery labels nodes) and prometheus-adapter (the HPAs' metric).")
+        for rel, data in _data_files(_data("infrastructure")):
+            files[f"{INFRASTRUCTURE}/{rel}"] = data.decode("utf-8")
+    files[f"{top}/{layout.monitoring}.yaml"] = flux_kustomization(
+        layout, layout.monitoring, f"{layout.bases}/monitoring", interval="1h", timeout="5m", depends_on=infra,
+        comment="Grafana dashboard and Prometheus alert rules for every Triton model (needs the Prometheus "
+                "Operator).")
+    files[f"{top}/models/kustomization.yaml"] = dump(
+        {"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization", "resources": []},
+        "One Flux Kustomization per model overlay; `kubectl triton add-model` appends here.")
+    return files
+
+
+def workflow() -> str:
+    """The pull-request gate for GitHub Actions: the published plugin (this version), validate and diff."""
+    yaml = _yaml()
+    doc = yaml.load(_data("workflow.yaml").read_text(encoding="utf-8"))
+    for step in doc["jobs"]["validate"]["steps"]:
+        if step.get("name") == "Install kubectl-triton":
+            step["run"] = f"pip install 'kubectl-triton=={__version__}'"
+    out = io.StringIO()
+    yaml.dump(doc, out)
+    return out.getvalue()
+
+
+def layout_file(layout: Layout) -> str:
+    """kubectl-triton.yaml for `layout` (every value written out, so the user sees what was detected)."""
+    flux: dict[str, Any] = {"sourceRef": {"kind": layout.source_kind, "name": layout.source_name},
+                            "dependsOn": list(layout.depends_on), "platform": layout.platform,
+                            "monitoring": layout.monitoring}
+    if layout.source_namespace != "flux-system":
+        flux["sourceRef"]["namespace"] = layout.source_namespace
+    doc = {"paths": {"bases": layout.bases, "gpus": layout.gpus, "overlays": layout.overlays,
+                     "models": layout.models, "clusters": layout.clusters},
+           "namespace": layout.namespace, "flux": flux}
+    return dump(doc, "kubectl-triton: this repository's layout (written by `kubectl triton init`; every command "
+                     "reads it).\nKeys: kubectl_triton/data/kubectl-triton.schema.json in the installed package. "
+                     "Add GPU types\nof your own under `gpus:` (product, computeCapability, memoryMiB, gpusPerNode, "
+                     "fp8, fp4).")
+
+
+# ---- detection of an existing Flux repository -------------------------------------------------------
+
+def _clusters_folder(root: Path) -> str:
+    """Where the cluster folders are: clusters/ when it exists, else the parent of the first folder holding a
+    flux-system/ folder (what `flux bootstrap --path` writes), else clusters/."""
+    if (root / "clusters").is_dir():
+        return "clusters"
+    for found in sorted(root.rglob("flux-system")):
+        if found.is_dir() and ".git" not in found.parts and found.parent.parent != found.parent:
+            parent = found.parent.parent
+            if parent != root and root in parent.parents:
+                return parent.relative_to(root).as_posix()
+    return "clusters"
+
+
+def _documents(folder: Path) -> Iterator[dict[str, Any]]:
+    for f in sorted(folder.rglob("*.y*ml")):
+        for doc in load_all(f):
+            if isinstance(doc, dict):
+                yield doc
+
+
+def _parse_source(text: str) -> tuple[str, str]:
+    kind, sep, name = text.partition("/")
+    if not sep or kind not in SOURCE_KINDS or not name:
+        raise InputError(f"--source {text!r}: expected KIND/NAME, KIND one of {', '.join(SOURCE_KINDS)}")
+    return kind, name
+
+
+def detect_source(cluster_dir: Path, cluster_rel: str, kustomizations: list[FluxKustomization],
+                  given: str | None) -> tuple[str, str, str]:
+    """(kind, name, namespace) of the repository's own Flux source: --source; else the source of the
+    Kustomization that applies the cluster folder itself; else GitRepository/flux-system when it is a candidate
+    (flux bootstrap's name) or nothing names a source; else the only candidate. Several: InputError listing them."""
+    if given:
+        kind, name = _parse_source(given)
+        return kind, name, "flux-system"
+    for k in kustomizations:
+        if k.path.strip("./").rstrip("/") == cluster_rel and k.source_ref[0] in SOURCE_KINDS:
+            return k.source_ref
+    candidates: list[tuple[str, str, str]] = []
+    for k in kustomizations:
+        if k.source_ref[0] in SOURCE_KINDS and k.source_ref[0] != "ExternalArtifact":
+            candidates.append(k.source_ref)
+    if cluster_dir.is_dir():
+        for doc in _documents(cluster_dir):
+            if str(doc.get("apiVersion", "")).startswith(ARTIFACT_GENERATOR_API):
+                ns = str((doc.get("metadata") or {}).get("namespace", "flux-system"))
+                for src in (doc.get("spec") or {}).get("sources") or []:
+                    if isinstance(src, dict) and src.get("kind") in SOURCE_KINDS:
+                        candidates.append((str(src["kind"]), str(src.get("name")), str(src.get("namespace", ns))))
+    unique = list(dict.fromkeys(candidates))
+    bootstrap = ("GitRepository", "flux-system", "flux-system")
+    if not unique or bootstrap in unique:
+        return bootstrap
+    if len(unique) == 1:
+        return unique[0]
+    shown = ", ".join(f"{k}/{n}" for k, n, _ in unique)
+    raise InputError(f"{cluster_rel}: several Flux sources ({shown}); none is obviously this repository",
+                     hint="name this repository's own source: kubectl triton init --source KIND/NAME")
+
+
+def detect_infrastructure(kustomizations: list[FluxKustomization]) -> tuple[str, ...]:
+    """Names of the Kustomizations that install infrastructure (name or path mentions infra), only the last of
+    each chain (the ones no other infrastructure Kustomization depends on)."""
+    infra = [k for k in kustomizations if "infra" in k.name or "infra" in k.path]
+    needed = {name for k in infra for _, name in k.depends_on}
+    return tuple(dict.fromkeys(k.name for k in infra if k.name not in needed))
+
+
+def _free_name(wanted: str, taken: set[str], cluster_dir: Path) -> str:
+    for name in (wanted, f"triton-{wanted}"):
+        if name not in taken and not (cluster_dir / f"{name}.yaml").exists():
+            return name
+    raise InputError(f"{cluster_dir}: Flux Kustomizations {wanted} and triton-{wanted} both exist",
+                     hint=f"name the {wanted} Kustomization in {LAYOUT_FILE} (flux.{wanted})")
+
+
+def _pick_cluster(root: Path, clusters: str, cluster: str | None) -> str:
+    top = root / clusters
+    names = sorted(p.name for p in top.iterdir() if p.is_dir()) if top.is_dir() else []
+    if cluster is not None:
+        try:
+            validate_name(cluster)
+        except InputError:
+            raise InputError(f"--cluster {cluster!r}: a cluster folder name is a DNS-1123 label "
+                             "(lowercase letters, digits and '-')") from None
+        return cluster
+    if not names or DEFAULT_CLUSTER in names:
+        return DEFAULT_CLUSTER
+    if len(names) == 1:
+        return names[0]
+    raise InputError(f"{clusters}/: several cluster folders ({', '.join(names)}); name one with --cluster")
+
+
+def detect(root: Path, opts: InitOptions) -> tuple[Layout, str, bool, list[str]]:
+    """(layout, cluster, adopted, review notes) for the folder at `root`."""
+    notes: list[str] = []
+    if (root / LAYOUT_FILE).is_file():
+        layout = Layout.load(root)
+        cluster = _pick_cluster(root, layout.clusters, opts.cluster)
+        kustomizations = Repository(root, layout).flux_kustomizations
+        return layout, cluster, bool(kustomizations), notes
+    clusters = _clusters_folder(root)
+    cluster = _pick_cluster(root, clusters, opts.cluster)
+    repo = Repository(root, Layout(clusters=clusters))
+    everything = repo.flux_kustomizations
+    if not everything:
+        kind, name = _parse_source(opts.source) if opts.source else ("GitRepository", "flux-system")
+        return Layout(clusters=clusters, source_kind=kind, source_name=name), cluster, False, notes
+    cluster_obj = repo.cluster(cluster)
+    own = cluster_obj.kustomizations if cluster_obj else []
+    cluster_rel = f"{clusters}/{cluster}"
+    kind, name, namespace = detect_source(root / cluster_rel, cluster_rel, own or everything, opts.source)
+    taken = {k.name for k in everything}
+    platform = _free_name("platform", taken, root / cluster_rel)
+    monitoring = _free_name("monitoring", taken, root / cluster_rel)
+    infra = detect_infrastructure(own)
+    layout = Layout(clusters=clusters, source_kind=kind, source_name=name, source_namespace=namespace,
+                    depends_on=(*infra, platform), platform=platform, monitoring=monitoring)
+    notes.append(f"own Flux source: {kind}/{name} (spec.path of Kustomizations of other sources is not checked)")
+    if infra:
+        notes.append(f"models and monitoring wait for your infrastructure Kustomizations: {', '.join(infra)}")
+    else:
+        notes.append("no infrastructure Kustomization found: models wait only for the platform; add yours to "
+                     f"flux.dependsOn in {LAYOUT_FILE}")
+    notes.append("GPU Operator (GPU Feature Discovery node labels) and the Prometheus Operator CRDs are expected "
+                 "from your infrastructure; init adds no HelmRelease for them")
+    external = sorted({f"{k.source_ref[0]}/{k.source_ref[1]}" for k in everything
+                       if not layout.is_own_source(*k.source_ref)})
+    if external:
+        notes.append(f"Kustomizations of other sources ({', '.join(external)}) are reported as not checked")
+    return layout, cluster, True, notes
+
+
+# ---- the plan ---------------------------------------------------------------------------------------
+
+def plan_init(root: Path, opts: InitOptions) -> InitPlan:
+    """Everything init would write into the folder at `root` (nothing is written here)."""
+    root = root.resolve()
+    if not root.is_dir():
+        raise InputError(f"{root}: not a directory")
+    layout, cluster, adopted, notes = detect(root, opts)
+    register(layout.gpu_types)
+    wanted = opts.gpus or tuple(gpus())
+    for key in wanted:
+        if key not in gpus():
+            raise InputError(f"--gpu {key!r}: not a GPU type of the catalog or of {LAYOUT_FILE}",
+                             hint=f"declare it under `gpus:` in {LAYOUT_FILE}; known: {', '.join(gpus())}")
+    proposed: dict[str, str] = {}
+    if not (root / LAYOUT_FILE).is_file():
+        proposed[LAYOUT_FILE] = layout_file(layout)
+    proposed.update(base_files(layout))
+    # Components every model overlay may use (S3 artifacts, KEDA autoscaling), beside the GPU Components
+    proposed.update({f"{layout.overlays}/{rel}": data.decode("utf-8") for rel, data in _data_files(_data("overlays"))})
+    for key in wanted:
+        proposed.update(gpu_component_files(layout, key))
+    cluster_dir = root / layout.cluster_dir(cluster)
+    fresh_cluster = not any(k for c in Repository(root, layout).clusters if c.name == cluster for k in c.kustomizations)
+    proposed.update(cluster_files(layout, cluster, infrastructure=not adopted and fresh_cluster))
+    proposed[WORKFLOW] = workflow()
+    out = InitPlan(layout, cluster, adopted, review=notes)
+    models_list = f"{layout.cluster_dir(cluster)}/models/kustomization.yaml"  # add-model appends to it
+    for rel, text in proposed.items():
+        path = root / rel
+        if rel == models_list and path.is_file():
+            continue
+        if path.is_symlink() or path.exists():
+            try:
+                same = path.is_file() and path.read_text(encoding="utf-8") == text
+            except (OSError, UnicodeDecodeError):
+                same = False
+            if not same:
+                out.kept.append(rel)
+            continue
+        out.files[rel] = text
+        out.created.append(rel)
+    _append_to_cluster_list(root, layout, cluster, proposed, out)
+    if out.kept:
+        out.review.append(f"{len(out.kept)} existing file(s) differ from what init would write and were left "
+                          f"as they are: {', '.join(out.kept[:5])}{' …' if len(out.kept) > 5 else ''}")
+    if not cluster_dir.joinpath("flux-system").is_dir():
+        out.review.append(f"bootstrap Flux with --path={layout.cluster_dir(cluster)} (e.g. `flux bootstrap github "
+                          f"--path={layout.cluster_dir(cluster)} ...`): it adds the flux-system source these "
+                          f"Kustomizations use ({layout.source})")
+    return out
+
+
+def _append_to_cluster_list(root: Path, layout: Layout, cluster: str, proposed: dict[str, str],
+                            out: InitPlan) -> None:
+    """A cluster folder with its own kustomization.yaml lists what Flux applies: append the new Flux files."""
+    top = layout.cluster_dir(cluster)
+    kfile = kustomization_file(root / top)
+    if kfile is None:
+        return  # Flux generates the list from every file of the folder
+    entries = [rel[len(top) + 1:] for rel in proposed
+               if rel.startswith(f"{top}/") and rel.count("/") == top.count("/") + 1]
+    entries.append("models")
+    rel = kfile.relative_to(root).as_posix()
+    text = kfile.read_text(encoding="utf-8")
+    updated = edit_resources(text, add=list(dict.fromkeys(entries)), source=rel)
+    if updated != text:
+        out.files[rel] = updated
+        out.appended.append(rel)
+
