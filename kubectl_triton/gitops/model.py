@@ -263,18 +263,18 @@ class Repository:
         return cls(root, layout, tolerant)
 
     @classmethod
-    def find(cls, start: Path | None = None) -> Repository:
+    def find(cls, start: Path | None = None, *, tolerant: bool = False) -> Repository:
         """The repository holding `start` (default: the working directory): the nearest folder upwards with a
-        layout file, else one with an overlays/ folder (the default layout)."""
+        layout file, else one with an overlays/ folder (the default layout). `tolerant` as for `at`."""
         here = (start or Path.cwd()).resolve()
         if not here.is_dir():
             raise InputError(f"{start}: not a directory")
         for candidate in (here, *here.parents):
             if (candidate / LAYOUT_FILE).is_file():
-                return cls.at(candidate)
+                return cls.at(candidate, tolerant=tolerant)
         for candidate in (here, *here.parents):
             if (candidate / Layout.overlays).is_dir():
-                return cls.at(candidate)
+                return cls.at(candidate, tolerant=tolerant)
         raise InputError(f"{here}: no {LAYOUT_FILE} or {Layout.overlays}/ folder here or in any parent",
                          hint="run inside a kubectl-triton GitOps repository or pass its path")
 

@@ -51,7 +51,7 @@ def command(ctx: click.Context, repo_dir: Path | None, with_triton: bool, output
         raise InputError(f"{repo_dir}: no such directory")
     if not schemas.supported_version(kubernetes_version):
         raise InputError(f"--kubernetes-version {kubernetes_version}: no bundled schemas for that version")
-    repository = Repository.find(repo_dir)
+    repository = Repository.find(repo_dir, tolerant=True)  # malformed files are findings, not exit 2
     root = repository.root
     if with_triton and not _triton_available():
         click.echo("warning: --triton needs the tritonserver of nvidia-pytriton "
