@@ -105,7 +105,7 @@ def check_placement(placement: Placement, model: ModelMeta | None, object_id: st
     where = placement.overlay
     count = placement.gpus_per_pod
     if gpu is not None and count:
-        per_node = load("gpus.yaml")["gpus"][gpu.key].get("gpus_per_node")
+        per_node = gpu.gpus_per_node  # the catalog's, or the layout file's for a GPU type of the repository's own
         if isinstance(per_node, int) and count > per_node:
             yield GPUS_PER_NODE.finding(
                 f"the pod asks for nvidia.com/gpu: {count}, but a {gpu.key} node has at most {per_node} GPUs: it "
