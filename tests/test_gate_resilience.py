@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import REPO
 
 
@@ -80,15 +82,23 @@ def test_model_yaml_of_the_wrong_shape(run_cli, repo_copy: Path):
     assert bad[0]["message"].startswith("engine.tp must be a positive integer")
 
 
-def test_malformed_layout_file_is_a_finding_with_its_line(run_cli, repo_copy: Path):
+def test_malformed_layout_file_is_one_line_naming_it(run_cli, repo_copy: Path):
+    """The layout file configures the tool itself (where the folders are): a bad entry is a usage error, exit 2."""
     _edit(repo_copy / "kubectl-triton.yaml", "        rwx: true\n", "        rwx: yes-please\n")
-    doc = json.loads(run_cli("validate", str(repo_copy), "-o", "json").stdout)
-    layout = [f for f in doc["findings"] if f["code"] == "LayoutInvalid"]
-    assert len(layout) == 1 and layout[0]["path"] == "kubectl-triton.yaml"
+    result = run_cli("validate", str(repo_copy), "-o", "json")
+    assert result.exit_code == 2 and result.stdout == ""
+    assert result.stderr.startswith("error: kubectl-triton.yaml: ") and "rwx" in result.stderr
+    assert result.stderr.count("\n") <= 2 and "Traceback" not in result.stderr
+
+
+def test_layout_reader_names_the_line(repo_copy: Path):
+    from kubectl_triton.gitops.layout import LayoutError, read_cluster_provides
+
+    _edit(repo_copy / "kubectl-triton.yaml", "        rwx: true\n", "        rwx: yes-please\n")
+    with pytest.raises(LayoutError) as raised:
+        read_cluster_provides(repo_copy)
     lines = (repo_copy / "kubectl-triton.yaml").read_text().splitlines()
-    assert "yes-please" in lines[layout[0]["line"] - 1]
-    # it counts as empty: the checks that need it say what is missing
-    assert any(f["code"] == "SecretMissing" for f in doc["findings"])
+    assert raised.value.path == "kubectl-triton.yaml" and "yes-please" in lines[raised.value.line - 1]
 
 
 def test_usage_errors_stay_exit_2(run_cli, tmp_path):

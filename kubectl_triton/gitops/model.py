@@ -250,15 +250,10 @@ class Repository:
 
     @classmethod
     def at(cls, root: Path, *, tolerant: bool = False) -> Repository:
-        """The repository whose root is `root` (its layout file read, if any). With `tolerant`, a malformed
-        layout file counts as the defaults and malformed kustomization and Flux files are skipped."""
+        """The repository whose root is `root` (its layout file read, if any). With `tolerant`, malformed
+        kustomization and Flux files are skipped (validate reports each as a finding)."""
         root = root.resolve()
-        try:
-            layout = Layout.load(root)
-        except InputError:
-            if not tolerant:
-                raise
-            layout = Layout()
+        layout = Layout.load(root)  # a malformed layout file is a usage error even when tolerant
         register(layout.gpu_types)  # the repository's own GPU types join the catalog for every lookup
         return cls(root, layout, tolerant)
 

@@ -25,6 +25,7 @@ from kubectl_triton.datafiles import data_text
 from kubectl_triton.formats.schemas import object_id
 from kubectl_triton.gitops import repo
 from kubectl_triton.gitops.layout import ClusterProvides
+from kubectl_triton.gitops.model import Repository
 
 NAMESPACE_MISSING = register(
     "NamespaceMissing", "error", "cluster",
@@ -201,6 +202,9 @@ class _Provided:
     namespaces: dict[str, str] = field(default_factory=dict)
     groups: dict[str, str] = field(default_factory=dict)
     unawaited: dict[str, str] = field(default_factory=dict)  # group -> HelmRelease whose readiness nobody awaits
+    # what an ancestor applies whose contents are unknown here (a chart this plugin has no data on, a nested Flux
+    # Kustomization of another source): it may install any CRD or namespace, so a missing one is only a warning
+    unknown: list[str] = field(default_factory=list)
 
 
 def _helm_chart(release: dict, objects: list[dict]) -> str | None:
@@ -233,7 +237,7 @@ def _creates_namespace(release: dict) -> bool:
 
 
 def _add_from(provided: _Provided, ks: Applied, objects: list[dict], ancestor: bool,
-              all_objects: list[dict]) -> None:
+              all_objects: list[dict], provided_keys: frozenset[tuple[str, str]] = frozenset()) -> None:
     """What `ks`'s objects make available: to itself (Namespaces, CRDs applied first) or, as an ancestor, also
     what its HelmReleases install."""
     who = f"Kustomization {ks.name}"
@@ -245,7 +249,13 @@ def _add_from(provided: _Provided, ks: Applied, objects: list[dict], ancestor: b
             group = _spec(obj).get("group")
             if group:
                 provided.groups.setdefault(str(group), f"{who} ({object_id(obj)})")
+        elif kind == "Kustomization" and _group(obj) == "kustomize.toolkit.fluxcd.io" and ancestor \
+                and (_ns(obj) or ks.namespace, _name(obj)) not in provided_keys:
+            provided.unknown.append(f"Kustomization {_name(obj)} (applied by {who})")
         elif kind == "HelmRelease" and ancestor:
+            if (_helm_chart(obj, all_objects) is None or chart_groups(str(_helm_chart(obj, all_objects))) is None) \
+                    and _installs_crds(obj):
+                provided.unknown.append(f"HelmRelease {_name(obj)} of {who} (a chart without CRD data here)")
             if _creates_namespace(obj) and _release_namespace(obj):
                 provided.namespaces.setdefault(str(_release_namespace(obj)), f"HelmRelease {_name(obj)} of {who}")
             chart = _helm_chart(obj, all_objects)
@@ -297,13 +307,15 @@ def _order_findings(ks: Applied, objects: list[dict], have: _Provided,
         if group not in have.groups:
             missing_group[group].append(object_id(obj))
     where = f"Kustomization {ks.name} ({ks.path})"
+    maybe = f"; unless {', '.join(have.unknown[:2])} provides it" if have.unknown else ""
+    severity = "warning" if have.unknown else None
     for ns, objs in sorted(missing_ns.items()):
         hint = (f"; {elsewhere.namespaces[ns]} creates it: add it to dependsOn" if ns in elsewhere.namespaces
                 else "; nothing in this cluster creates it: add a Namespace object or declare it in "
                      "kubectl-triton.yaml (cluster.provides.namespaces)")
         yield NAMESPACE_MISSING.finding(
             f"namespace {ns} does not exist when Flux applies {where}: {len(objs)} object(s) fail "
-            f"(\"namespaces {ns} not found\"){hint}", path=ks.file, object=objs[0])
+            f"(\"namespaces {ns} not found\"){hint}{maybe}", path=ks.file, object=objs[0], severity=severity)
     for group, objs in sorted(missing_group.items()):
         kinds = sorted({o.split("/", 1)[0] for o in objs})
         if group in have.unawaited:
@@ -319,7 +331,8 @@ def _order_findings(ks: Applied, objects: list[dict], have: _Provided,
                 "(cluster.provides.crds)")
         yield CRD_MISSING.finding(
             f"{', '.join(kinds)} ({group}) of {where}: no CRD for {group} is installed before it (\"no matches "
-            f"for kind {kinds[0]}\" in Flux's dry run on a fresh cluster){hint}", path=ks.file, object=objs[0])
+            f"for kind {kinds[0]}\" in Flux's dry run on a fresh cluster){hint}{maybe}", path=ks.file,
+            object=objs[0], severity=severity)
 
 
 def pod_templates(obj: dict) -> list[dict]:
@@ -634,7 +647,7 @@ def check_cluster(applied: list[Applied], provides: ClusterProvides, flux_namesp
         if all(a.objects is not None for a in line):  # an unrendered ancestor is reported as such already
             have = _baseline(provides, flux_namespace)
             for ancestor in line:
-                _add_from(have, ancestor, effective[ancestor.key], True, all_objects)
+                _add_from(have, ancestor, effective[ancestor.key], True, all_objects, frozenset(by_key))
             _add_from(have, ks, objects, False, all_objects)
             out.extend(_order_findings(ks, objects, have, everywhere))
         out.extend(_reference_findings(ks, objects, cluster, provides))
@@ -645,6 +658,8 @@ def check_cluster(applied: list[Applied], provides: ClusterProvides, flux_namesp
 def check(root: Path, targets: list[Any], provides: ClusterProvides) -> list[Finding]:
     """validate's hook: one simulation per cluster folder, over the rendered Flux Kustomization paths."""
     by_path = {t.path: t for t in targets}
+    layout = Repository.at(root, tolerant=True).layout
+    own = (layout.source_kind, layout.source_name)
     out: list[Finding] = []
     for cluster_dir in repo.clusters(root, tolerant=True):
         applied = []
@@ -655,9 +670,10 @@ def check(root: Path, targets: list[Any], provides: ClusterProvides) -> list[Fin
             spec = _as_dict(ks.obj.get("spec"))
             if path == cluster_dir.resolve():
                 flux_ns = ks.namespace
+            foreign = ks.source_ref[:2] != own and ks.source_ref[0] != ""  # applies another source's files
             applied.append(Applied(ks.name, ks.namespace, repo.relative(root, ks.file), repo.relative(root, path),
                                    spec, target.objects if target is not None and target.result is not None
-                                   else None))
+                                   and not foreign else None))
         out.extend(check_cluster(applied, provides, flux_ns))
     return out
 
