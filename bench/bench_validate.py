@@ -16,6 +16,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import yaml
+
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 
@@ -60,7 +62,10 @@ def make_repo(dest: Path, count: int) -> list[Path]:
     # The triton Namespace and the model-artifacts PVC every model needs (validate checks that the cluster
     # converges), and what the cluster provides.
     shutil.copy(ROOT / "clusters/production/platform.yaml", dest / "clusters/bench/platform.yaml")
-    shutil.copy(ROOT / "kubectl-triton.yaml", dest / "kubectl-triton.yaml")
+    layout = yaml.safe_load((ROOT / "kubectl-triton.yaml").read_text())
+    layout["cluster"]["provides"]["crds"].append(  # no kube-prometheus-stack HelmRelease in the bench cluster
+        {"group": "monitoring.coreos.com", "reason": "the bench cluster's monitoring stack"})
+    (dest / "kubectl-triton.yaml").write_text(yaml.safe_dump(layout, sort_keys=False))
     return overlays
 
 
