@@ -19,7 +19,23 @@ TIMEOUT_S = 60.0
 
 
 class Session(Protocol):
+    """One worker's connection: `infer` sends prepared request `variant`; `close` may be called twice."""
+
     def infer(self, variant: int) -> None: ...
+    def close(self) -> None: ...
+
+
+class Target(Protocol):
+    """A served model: what bench and tune need of `HttpTarget` / `GrpcTarget`."""
+
+    model: str
+    url: str
+    timeout: float
+
+    def config(self) -> dict: ...
+    def stats(self) -> dict | None: ...
+    def load(self, config: dict | None) -> None: ...
+    def session(self, requests: list[list[Tensor]]) -> Session: ...
     def close(self) -> None: ...
 
 
@@ -132,6 +148,9 @@ class HttpTarget:
     def session(self, requests: list[list[Tensor]]) -> HttpSession:
         return HttpSession(self, requests)
 
+    def close(self) -> None:
+        """Nothing to close: each request and session opens its own connection."""
+
 
 class HttpSession:
     """One keep-alive connection and the prepared request bodies."""
@@ -231,6 +250,10 @@ class GrpcTarget:
 
     def session(self, requests: list[list[Tensor]]) -> GrpcSession:
         return GrpcSession(self, requests)
+
+    def close(self) -> None:
+        """Close the shared channel (before a port-forward under it closes)."""
+        self.channel.close()
 
 
 class GrpcSession:
