@@ -12,7 +12,7 @@ best (as each measured it, and in the confirmation run), whether the search's ch
 the confirmation run, and wall times. Goal (issue 19): >= 95% of the best with <= 15% of the measurements.
 Anchor: Triton Model Analyzer's quick search claims >= 95% of the best while measuring < 10% of the space.
 
-Run: .venv/bin/python bench/bench_tune.py [--duration 2s] [--confirm 3] [--models amortized,parallel,tail]
+Run: .venv/bin/python bench/bench_tune.py [--duration 2s] [--confirm 4] [--models amortized,parallel,tail]
 """
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ def confirm(url: str, model: str, cands: list[search.Candidate], windows: int, d
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser()
     ap.add_argument("--duration", default="2s")
-    ap.add_argument("--confirm", type=int, default=3, help="confirmation windows per winner")
+    ap.add_argument("--confirm", type=int, default=4, help="confirmation windows per winner")
     ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument("--json", default=None, help="also write the figures to this file")
     args = ap.parse_args(argv if argv is not None else sys.argv[1:] if __name__ == "__main__" else [])

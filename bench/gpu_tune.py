@@ -56,6 +56,7 @@ class TritonPythonModel:
             for b in (1, 2, 4, 8, 16, 32, 64):
                 self.model(torch.rand(b, 3, 224, 224, dtype=torch.half, device=self.device))
         torch.cuda.synchronize(self.device)
+        self.staging = torch.empty(64, 3, 224, 224, dtype=torch.half).pin_memory()  # one copy in, async upload
         self.dlpack = True
 
     def _input(self, request):
@@ -74,7 +75,8 @@ class TritonPythonModel:
 
     def execute(self, requests):
         xs = [self._input(r) for r in requests]
-        x = torch.cat(xs).to(self.device, non_blocking=True)
+        n = sum(part.shape[0] for part in xs)
+        x = torch.cat(xs, out=self.staging[:n]).to(self.device, non_blocking=True)
         with torch.inference_mode():
             y = self.model(x).cpu()
         out, i = [], 0
@@ -82,6 +84,32 @@ class TritonPythonModel:
             n = part.shape[0]
             out.append(pb_utils.InferenceResponse([self._output(y[i:i + n].contiguous())]))
             i += n
+        return out
+'''
+
+
+IDENTITY = "identity"  # same tensors, no GPU: the ceiling of the host path (client, HTTP, python backend)
+IDENTITY_CONFIG = """# returns its input's first 1000 values: the same request and response bytes as resnet50, no model
+name: "identity"
+backend: "python"
+max_batch_size: 64
+input [ { name: "INPUT" data_type: TYPE_FP16 dims: [ 3, 224, 224 ] } ]
+output [ { name: "OUTPUT" data_type: TYPE_FP16 dims: [ 1000 ] } ]
+instance_group [ { count: 1 kind: KIND_CPU } ]
+dynamic_batching { }
+"""
+IDENTITY_PY = '''import torch
+import triton_python_backend_utils as pb_utils
+from torch.utils.dlpack import from_dlpack, to_dlpack
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        out = []
+        for r in requests:
+            x = from_dlpack(pb_utils.get_input_tensor_by_name(r, "INPUT").to_dlpack())
+            y = x.reshape(x.shape[0], -1)[:, :1000].contiguous()
+            out.append(pb_utils.InferenceResponse([pb_utils.Tensor.from_dlpack("OUTPUT", to_dlpack(y))]))
         return out
 '''
 
@@ -170,6 +198,51 @@ def bench_levels(server: TritonServer, sampler: GpuSampler, duration: str, warmu
     return rows
 
 
+def grpc_level(server: TritonServer, sampler: GpuSampler, duration: str, warmup_s: float, log: Path,
+               label: str, concurrency: int, model: str = MODEL, protocol: str = "grpc") -> dict:
+    """One more level, over gRPC (is the HTTP client the limit?) or of another model."""
+    url = f"127.0.0.1:{server.grpc_port}" if protocol == "grpc" else server.http_url
+    cmd = ["bench", model, "--url", url, "--protocol", protocol, "--concurrency",
+           str(concurrency), "--duration", duration, "--warmup", f"{warmup_s:g}s", "-o", "json"]
+    t0 = time.monotonic()
+    proc = plugin(*cmd)
+    t1 = time.monotonic()
+    with log.open("a") as f:
+        f.write(f"$ kubectl triton {' '.join(cmd)}\n{proc.stdout}{proc.stderr}\n")
+    if proc.returncode != 0:
+        return {"config": label, "error": proc.stderr.strip()}
+    r = json.loads(proc.stdout)["results"][0]
+    r.update(config=label, gpu_util_nvml=sampler.mean(t0 + warmup_s + 1.0, t1 - 0.5), gpu_util_triton=None)
+    print(f"  {label:9} concurrency {concurrency:3}: {r['throughput']:8.1f}/s  p99 {r['p99_ms']:7.1f} ms  "
+          f"batch {r['batch']}  GPU {r['gpu_util_nvml']}% (NVML)", flush=True)
+    return r
+
+
+def gpu_capacity() -> list[dict]:
+    """The model alone on the GPU (no server): ms per forward at each batch size, timed with CUDA events."""
+    import torch
+    import torchvision
+
+    model = torchvision.models.resnet50(weights=None).eval().half().cuda()
+    out = []
+    with torch.inference_mode():
+        for b in (1, 8, 16, 32, 64):
+            x = torch.rand(b, 3, 224, 224, dtype=torch.half, device="cuda")
+            for _ in range(5):
+                model(x)
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            times = []
+            for _ in range(20):
+                start.record()
+                model(x)
+                end.record()
+                torch.cuda.synchronize()
+                times.append(start.elapsed_time(end))
+            ms = sorted(times)[len(times) // 2]
+            out.append({"batch": b, "forward_ms": round(ms, 3), "images_per_s": round(b / ms * 1e3, 1)})
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--triton", required=True, help="the unpacked slim tritonserver (bin/ lib/ backends/ stub/)")
@@ -188,6 +261,9 @@ def main() -> None:
     (repo / MODEL / "1").mkdir(parents=True)
     (repo / MODEL / "config.pbtxt").write_text(CONFIG)
     (repo / MODEL / "1" / "model.py").write_text(MODEL_PY)
+    (repo / IDENTITY / "1").mkdir(parents=True)
+    (repo / IDENTITY / "config.pbtxt").write_text(IDENTITY_CONFIG)
+    (repo / IDENTITY / "1" / "model.py").write_text(IDENTITY_PY)
     gitops = work / "gitops"  # a GitOps repository holding the same config, for tune --write
     (gitops / "overlays").mkdir(parents=True)
     (gitops / "models" / "resnet50" / MODEL).mkdir(parents=True)
@@ -213,7 +289,8 @@ def main() -> None:
     print(f"GPU {sampler.name}; python {env_doc['python']}; torch {torch.__version__}", flush=True)
     warmup_s = 2.0
     server = TritonServer(repo, model_control_mode="explicit", install=install,
-                          extra_args=[f"--load-model={MODEL}", "--backend-config=python,shm-default-byte-size=67108864",
+                          extra_args=[f"--load-model={MODEL}", f"--load-model={IDENTITY}",
+                                      "--backend-config=python,shm-default-byte-size=67108864",
                                       "--backend-config=python,shm-growth-byte-size=67108864"])
     result: dict = {"env": env_doc, "levels": LEVELS}
     t_start = time.monotonic()
@@ -222,6 +299,7 @@ def main() -> None:
         server.wait_ready(240)
         print(f"tritonserver ready in {time.monotonic() - t_start:.0f} s", flush=True)
         result["untuned"] = bench_levels(server, sampler, args.duration, warmup_s, log, "untuned")
+        result["untuned_grpc"] = grpc_level(server, sampler, args.duration, warmup_s, log, "untuned", 64)
         (out / "gpu-tune.json").write_text(json.dumps(result, indent=2))
 
         cmd = ["tune", MODEL, "--url", server.http_url, "--concurrency", args.tune_concurrency, "--duration",
@@ -247,23 +325,41 @@ def main() -> None:
         (repo / MODEL / "config.pbtxt").write_text(written)
         server.request("POST", f"/v2/repository/models/{MODEL}/load", {}, timeout=300)
         result["tuned"] = bench_levels(server, sampler, args.duration, warmup_s, log, "tuned")
+        result["tuned_grpc"] = grpc_level(server, sampler, args.duration, warmup_s, log, "tuned", 64)
+        result["host_ceiling"] = [grpc_level(server, sampler, args.duration, warmup_s, log, f"identity ({proto})", 64,
+                                             IDENTITY, proto) for proto in ("http", "grpc")]
     finally:
         result["wall_s"] = round(time.monotonic() - t_start, 1)
         (out / "gpu-tune.json").write_text(json.dumps(result, indent=2))
         (out / "tritonserver.log").write_text(server.log[-200_000:])
         server.stop()
-        sampler.stop.set()
+    result["gpu_capacity"] = gpu_capacity()
+    print("the model alone on the GPU:", json.dumps(result["gpu_capacity"]), flush=True)
+    sampler.stop.set()
+    (out / "gpu-tune.json").write_text(json.dumps(result, indent=2))
     print(table(result))
     (out / "gpu-tune.md").write_text(table(result) + "\n")
+
+
+def pct(value: float | None) -> str:
+    return "-" if value is None else f"{value}%"
 
 
 def table(result: dict) -> str:
     lines = ["| config | concurrency | throughput/s | p50 ms | p99 ms | batch | GPU util (NVML) | GPU util (Triton) |",
              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for key in ("untuned", "tuned"):
-        for r in result.get(key) or []:
+        grpc = result.get(f"{key}_grpc")
+        for r in [*(result.get(key) or []), *([grpc] if grpc and "error" not in grpc else [])]:
+            if r is grpc:
+                key = f"{key} (gRPC)"
             lines.append(f"| {key} | {r['concurrency']} | {r['throughput']:.1f} | {r['p50_ms']:.1f} | "
-                         f"{r['p99_ms']:.1f} | {r['batch']} | {r['gpu_util_nvml']}% | {r['gpu_util_triton']}% |")
+                         f"{r['p99_ms']:.1f} | {r['batch']} | {pct(r['gpu_util_nvml'])} | "
+                         f"{pct(r['gpu_util_triton'])} |")
+    for r in result.get("host_ceiling") or []:
+        if "error" not in r:
+            lines.append(f"| {r['config']}, no GPU work | {r['concurrency']} | {r['throughput']:.1f} | "
+                         f"{r['p50_ms']:.1f} | {r['p99_ms']:.1f} | {r['batch']} | {pct(r['gpu_util_nvml'])} | - |")
     return "\n".join(lines)
 
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 from urllib.parse import quote, urlsplit
 
-from kubectl_triton.errors import InputError
+from kubectl_triton.errors import InputError, ToolMissing
 from kubectl_triton.perf import PerfError
 from kubectl_triton.perf.inputs import Tensor
 
@@ -204,8 +204,13 @@ class GrpcTarget:
     protocol = "grpc"
 
     def __init__(self, url: str, model: str, timeout: float = TIMEOUT_S) -> None:
-        import grpc
-        from tritonclient.grpc import service_pb2, service_pb2_grpc
+        try:
+            import grpc
+            from tritonclient.grpc import service_pb2, service_pb2_grpc
+        except (ImportError, RuntimeError) as err:  # tritonclient raises RuntimeError when its grpc extra is missing
+            cause = err.__cause__ or err
+            raise ToolMissing(f"the gRPC client cannot be loaded: {type(cause).__name__}: {cause}",
+                              hint="pip install 'tritonclient[grpc]', or use --protocol http") from None
 
         self.url = url.split("://", 1)[-1].rstrip("/")
         self.model, self.timeout = model, timeout
