@@ -119,6 +119,7 @@ def test_latency_objective_and_refused_candidates(run_cli, triton, gitops):
     res = run_cli("tune", "fixedcost", "--url", triton.http_url, *QUICK, "--instances", "1", "--max-trials", "2",
                   "--objective", "latency", "--max-p99", "1ms", "--write", "--repo", str(gitops))
     assert res.exit_code == 1 and res.stderr.startswith("error: no setting kept p99 within 1 ms")
+    assert res.stdout.splitlines()[1].endswith("baseline, p99 over bound")  # what was measured is still shown
     assert (gitops / "models/fixed/fixedcost/config.pbtxt").read_text() == \
         config_text("fixedcost").replace('backend: "python"', 'backend: "python"  # keep me')
     assert served(triton) == before

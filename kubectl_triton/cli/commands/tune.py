@@ -23,6 +23,7 @@ from kubectl_triton.cli.options import (
 )
 from kubectl_triton.errors import InputError
 from kubectl_triton.output.table import table
+from kubectl_triton.perf import PerfError
 
 COLUMNS = ("#", "INSTANCES", "BATCHING", "PREFERRED", "DELAY_US", "THROUGHPUT/S", "P50_MS", "P99_MS", "BATCH",
            "NOTE")
@@ -58,17 +59,17 @@ def _figures(fig) -> dict:
 
 
 def summary(model: str, concurrency: int, search, best, written: str | None) -> dict:
-    """The JSON document (documented in docs/bench-tune.md)."""
+    """The JSON document (documented in docs/bench-tune.md); `best` None when nothing met the bound."""
     base = search.trials[0]
     bound = search.objective.max_p99_ms
     base_fig = search.figures[base.candidate]
-    best_fig = search.figures[best]
+    best_fig = search.figures[best] if best is not None else None
     return {
         "model": model, "concurrency": concurrency, "objective": search.objective.name, "max_p99_ms": bound,
         "space": len(search.space), "measurements": len(search.trials),
-        "baseline": {"config": base.candidate.to_dict(), **_figures(base_fig)},
-        "best": {"config": best.to_dict(), **_figures(best_fig)},
-        "gain": round(best_fig.throughput / base_fig.throughput, 3) if base_fig.throughput else None,
+        "baseline": {"config": base.candidate.to_dict(), **(_figures(base_fig) if base_fig.results else {})},
+        "best": None if best is None else {"config": best.to_dict(), **_figures(best_fig)},
+        "gain": round(best_fig.throughput / base_fig.throughput, 3) if best_fig and base_fig.throughput else None,
         "trials": [{"config": t.candidate.to_dict(), "baseline": t.baseline, "step": t.why,
                     **(t.result.to_dict() if t.result else {}),
                     "met_bound": None if t.result is None else search.objective.met(t.result.p99_ms),
@@ -219,24 +220,30 @@ def command(ctx: click.Context, model: str, url: str | None, namespace: str | No
 
         found = search.tune(where.target, requests, concurrency, duration, space, goal, limit, warmup_s=warmup_s,
                             original=original, exhaustive=exhaustive, on_trial=show)
-    best = search.choose(found.figures, goal)
-    assert best is not None
+    failure: PerfError | None = None
+    try:
+        best = search.choose(found.figures, goal)
+    except PerfError as err:  # nothing met the bound (or nothing could be measured): show what was, then fail
+        failure, best = err, None
     written = None
-    if write:
+    if write and best is not None:
         path = write_config(model, repo_root, repo_model, best)
         written = str(path) if path else None
     doc = summary(model, concurrency, found, best, written)
     if fmt == "json":
         click.echo(json.dumps(doc, indent=2))
-        return
-    last = max(i for i, t in enumerate(found.trials) if t.candidate == best)
-    click.echo(table(COLUMNS, [_row(i + 1, t, found.trials[last], goal.max_p99_ms)
-                               for i, t in enumerate(found.trials)]))
-    click.echo()
-    fig = found.figures[best]
-    gain = doc["gain"]
-    click.echo(f"best: {best.describe()}: {fig.throughput:.1f} infer/s, p99 {fig.p99_ms:.1f} ms"
-               + (f" ({gain:.1f}x the current setting)" if gain else "")
-               + f"; {len(found.trials)} measurements of a space of {len(space)}")
-    if write:
-        click.echo(f"wrote {written}" if written else "config.pbtxt already has this setting; nothing written")
+    else:
+        last = max((i for i, t in enumerate(found.trials) if t.candidate == best), default=-1)
+        click.echo(table(COLUMNS, [_row(i + 1, t, found.trials[last] if last >= 0 else None, goal.max_p99_ms)
+                                   for i, t in enumerate(found.trials)]))
+        if best is not None:
+            click.echo()
+            fig = found.figures[best]
+            gain = doc["gain"]
+            click.echo(f"best: {best.describe()}: {fig.throughput:.1f} infer/s, p99 {fig.p99_ms:.1f} ms"
+                       + (f" ({gain:.1f}x the current setting)" if gain else "")
+                       + f"; {len(found.trials)} measurements of a space of {len(space)}")
+            if write:
+                click.echo(f"wrote {written}" if written else "config.pbtxt already has this setting; nothing written")
+    if failure is not None:
+        raise failure
