@@ -3,12 +3,21 @@ own queue/compute split. The work is in `kubectl_triton.perf`; this module parse
 
 from __future__ import annotations
 
-import json
 import sys
 
 import click
 
-from kubectl_triton.cli.options import IntList, cell, load_options, resolve_output, target_options, warmup_for
+from kubectl_triton.cli.options import (
+    MEASURE_FORMATS,
+    IntList,
+    cell,
+    cluster_args,
+    load_options,
+    output_format,
+    target_options,
+    warmup_for,
+)
+from kubectl_triton.output.document import dumps
 from kubectl_triton.output.table import table
 
 COLUMNS = ("CONCURRENCY", "THROUGHPUT/S", "P50_MS", "P90_MS", "P99_MS", "QUEUE_US", "COMPUTE_US", "BATCH")
@@ -19,8 +28,8 @@ def to_text(results: list) -> str:
                             cell(r.queue_us, 0), cell(r.compute_us, 0), cell(r.batch)] for r in results])
 
 
-def to_json(model: str, results: list) -> str:
-    return json.dumps({"model": model, "results": [r.to_dict() for r in results]}, indent=2)
+def document(model: str, results: list) -> dict:
+    return {"model": model, "results": [r.to_dict() for r in results]}
 
 
 @click.command("bench")
@@ -30,28 +39,27 @@ def to_json(model: str, results: list) -> str:
               help="Concurrency levels.")
 @load_options("10s")
 @click.pass_context
-def command(ctx: click.Context, model: str, url: str | None, namespace: str | None, pod: str | None,
-            kubeconfig: str | None, kube_context: str | None, protocol: str, input_data: str | None,
-            output_format: str | None, concurrency: list[int], duration: float, warmup: float | None) -> None:
+def command(ctx: click.Context, model: str, url: str | None, kubeconfig: str | None, kube_context: str | None,
+            namespace: str | None, pod: str | None, protocol: str, input_data: str | None, output: str | None,
+            concurrency: list[int], duration: float, warmup: float | None) -> None:
     """Measure MODEL on a running Triton: throughput and latency at each concurrency level.
 
     \b
     Closed loop (each of N clients sends its next request when the last is answered), inputs generated
     from the model's config (strings from a small corpus) or --input-data. QUEUE_US and COMPUTE_US are
     Triton's own per-inference split from its statistics extension; BATCH is inferences per execution.
-    JSON (-o json): {"model", "results": [{"concurrency", "throughput", "p50_ms", "p90_ms", "p99_ms",
-    "queue_us", "compute_us", "batch", "requests", "noise"}]}
+    JSON/YAML (-o json|yaml): {"model", "results": [{"concurrency", "throughput", "p50_ms", "p90_ms",
+    "p99_ms", "queue_us", "compute_us", "batch", "requests", "noise"}]}
     """
     from kubectl_triton.perf import inputs, loadgen
     from kubectl_triton.perf.connect import open_target
 
-    obj = ctx.obj or {}
-    fmt = resolve_output(ctx, output_format, "bench")
+    fmt = output_format(ctx, output, MEASURE_FORMATS)
+    cluster = cluster_args(ctx, kubeconfig, kube_context, namespace)
     warmup_s = warmup_for(duration, warmup)
     progress = sys.stderr.isatty()
-    with open_target(model, protocol, url, kubeconfig=kubeconfig or obj.get("kubeconfig"),
-                     context=kube_context or obj.get("context"), namespace=namespace or obj.get("namespace"),
-                     pod=pod) as where:
+    with open_target(model, protocol, url, kubeconfig=cluster.kubeconfig, context=cluster.context,
+                     namespace=cluster.namespace, pod=pod) as where:
         requests = inputs.for_target(where.target, input_data)
         if progress:
             click.echo(f"bench {model} at {where.description}: {len(concurrency)} levels x {duration:g}s", err=True)
@@ -62,4 +70,4 @@ def command(ctx: click.Context, model: str, url: str | None, namespace: str | No
                            err=True)
 
         results = loadgen.bench(where.target, requests, concurrency, duration, warmup_s, on_level=show)
-    click.echo(to_json(model, results) if fmt == "json" else to_text(results))
+    click.echo(to_text(results) if fmt == "text" else dumps(document(model, results), fmt))

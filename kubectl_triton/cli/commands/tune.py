@@ -6,22 +6,25 @@ loaded again at the end."""
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
 import click
 
 from kubectl_triton.cli.options import (
+    DURATION,
+    MEASURE_FORMATS,
     Duration,
     IntList,
     cell,
+    cluster_args,
     load_options,
-    resolve_output,
+    output_format,
     target_options,
     warmup_for,
 )
 from kubectl_triton.errors import InputError
+from kubectl_triton.output.document import dumps
 from kubectl_triton.output.table import table
 from kubectl_triton.perf import PerfError
 
@@ -125,7 +128,7 @@ def _preferred(values: tuple[str, ...]) -> list[list[int] | None]:
               help="throughput (default), or latency: the best throughput whose p99 stays within --max-p99.")
 @click.option("--max-p99", type=Duration(unit_required=True), default=None,
               help="The p99 bound of --objective latency, e.g. 50ms.")
-@click.option("--budget", type=Duration(), default=None,
+@click.option("--budget", type=DURATION, default=None,
               help="Stop measuring new candidates after this long, e.g. 10m.")
 @click.option("--max-trials", type=click.IntRange(1, 10_000), default=None,
               help="At most this many measurements (the baseline and re-measurements count). Default: 15%% of "
@@ -153,9 +156,9 @@ def _preferred(values: tuple[str, ...]) -> list[list[int] | None]:
               help="The GitOps repository for --write (default: the one around the current directory).")
 @click.option("--repo-model", default=None, help="The models/<NAME>/ folder holding MODEL, when several do.")
 @click.pass_context
-def command(ctx: click.Context, model: str, url: str | None, namespace: str | None, pod: str | None,
-            kubeconfig: str | None, kube_context: str | None, protocol: str, input_data: str | None,
-            output_format: str | None, allow_production: bool, objective: str | None, max_p99: float | None,
+def command(ctx: click.Context, model: str, url: str | None, kubeconfig: str | None, kube_context: str | None,
+            namespace: str | None, pod: str | None, protocol: str, input_data: str | None, output: str | None,
+            allow_production: bool, objective: str | None, max_p99: float | None,
             budget: float | None, max_trials: int | None, exhaustive: bool, concurrency: int, duration: float,
             warmup: float | None, max_instances: int, instances: list[int] | None, delays: list[int],
             preferred: tuple[str, ...], allow_max_batch_size: bool, max_batch_sizes: list[int], write: bool,
@@ -171,15 +174,15 @@ def command(ctx: click.Context, model: str, url: str | None, namespace: str | No
     config override), so the server must run with --model-control-mode=explicit. The original configuration
     is loaded again at the end, also after a failure or Ctrl-C. Use --url for a test server; -n (a pod of
     the production Deployment) is refused without --allow-production.
-    JSON (-o json): {"model", "concurrency", "objective", "max_p99_ms", "space", "measurements", "baseline",
+    JSON/YAML (-o json|yaml): {"model", "concurrency", "objective", "max_p99_ms", "space", "measurements", "baseline",
     "best": {"config", "throughput", "p50_ms", "p99_ms"}, "gain", "trials": [{"config", "throughput",
     "p50_ms", "p99_ms", "met_bound", "error", ...}], "written"}
     """
     from kubectl_triton.perf import inputs, search
     from kubectl_triton.perf.connect import open_target
 
-    obj = ctx.obj or {}
-    fmt = resolve_output(ctx, output_format, "tune")
+    fmt = output_format(ctx, output, MEASURE_FORMATS)
+    cluster = cluster_args(ctx, kubeconfig, kube_context, namespace)
     if objective == "latency" and max_p99 is None:
         raise click.UsageError("--objective latency needs --max-p99 (e.g. --max-p99 50ms)")
     if objective == "throughput" and max_p99 is not None:
@@ -195,9 +198,8 @@ def command(ctx: click.Context, model: str, url: str | None, namespace: str | No
     counts = instances or list(range(1, max_instances + 1))
     progress = sys.stderr.isatty()
 
-    with open_target(model, protocol, url, kubeconfig=kubeconfig or obj.get("kubeconfig"),
-                     context=kube_context or obj.get("context"), namespace=namespace or obj.get("namespace"),
-                     pod=pod) as where:
+    with open_target(model, protocol, url, kubeconfig=cluster.kubeconfig, context=cluster.context,
+                     namespace=cluster.namespace, pod=pod) as where:
         original = where.target.config()
         requests = inputs.for_target(where.target, input_data)
         space = search.grid(original, concurrency, counts, delays, pref_sets,
@@ -230,8 +232,8 @@ def command(ctx: click.Context, model: str, url: str | None, namespace: str | No
         path = write_config(model, repo_root, repo_model, best)
         written = str(path) if path else None
     doc = summary(model, concurrency, found, best, written)
-    if fmt == "json":
-        click.echo(json.dumps(doc, indent=2))
+    if fmt != "text":
+        click.echo(dumps(doc, fmt))
     else:
         last = max((i for i, t in enumerate(found.trials) if t.candidate == best), default=-1)
         click.echo(table(COLUMNS, [_row(i + 1, t, found.trials[last] if last >= 0 else None, goal.max_p99_ms)
