@@ -8,8 +8,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from kubectl_triton.adapters import kube as kube_mod
+from kubectl_triton.adapters.portforward import Forwarder, container_port, pick_pod
 from kubectl_triton.errors import InputError
-from kubectl_triton.perf.target import Target
+from kubectl_triton.gitops import repo
+from kubectl_triton.perf.target import Target, connect
 
 
 @dataclass(frozen=True)
@@ -23,8 +26,6 @@ class Where:
 
 def repo_owner(model: str, root: Path | None = None) -> str | None:
     """The models/<name>/ folder that holds Triton model `model`, if exactly one does (cwd's repository)."""
-    from kubectl_triton.gitops import repo
-
     try:
         base = root or repo.find_root()
     except InputError:
@@ -37,8 +38,6 @@ def repo_owner(model: str, root: Path | None = None) -> str | None:
 def open_target(model: str, protocol: str, url: str | None, *, kubeconfig: str | None, context: str | None,
                 namespace: str | None, pod: str | None) -> Iterator[Where]:
     """The model at --url, else on a ready pod of its Deployment through a port-forward (closed on exit)."""
-    from kubectl_triton.perf.target import connect
-
     if url:
         target = connect(url, model, protocol)
         try:
@@ -46,9 +45,6 @@ def open_target(model: str, protocol: str, url: str | None, *, kubeconfig: str |
         finally:
             target.close()
         return
-    from kubectl_triton.adapters import kube as kube_mod
-    from kubectl_triton.adapters.portforward import Forwarder, container_port, pick_pod
-
     kube = kube_mod.connect(kubeconfig, context, namespace)
     owner = repo_owner(model)
     instances = [model, model.replace("_", "-"), *([owner] if owner else [])]

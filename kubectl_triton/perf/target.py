@@ -6,6 +6,7 @@ each request's bytes once, so a worker's loop costs one send and one receive."""
 
 from __future__ import annotations
 
+import http.client
 import json
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -103,8 +104,6 @@ class HttpTarget:
         self._mpath = f"/v2/models/{quote(model, safe='')}"
 
     def _request(self, method: str, path: str, body: Any = None, timeout: float | None = None) -> tuple[int, Any]:
-        import http.client
-
         conn = http.client.HTTPConnection(self.host, self.port, timeout=timeout or self.timeout)
         try:
             data = None if body is None else json.dumps(body).encode()
@@ -168,8 +167,6 @@ class HttpSession:
         self.conn: Any = None
 
     def infer(self, variant: int) -> None:
-        import http.client
-
         body, hlen = self.bodies[variant % len(self.bodies)]
         for attempt in (1, 2):
             if self.conn is None:
