@@ -159,7 +159,12 @@ class Forwarder:
             return
         remote = pf.socket(self.port)
 
-        def pump(src: Any, dst: Any) -> None:
+        def record() -> None:
+            problem = pf.error(self.port)
+            if problem:
+                self.last_error = problem.strip()
+
+        def pump(src: Any, dst: Any, at_end: Any = None) -> None:
             try:
                 while True:
                     data = src.recv(256 * 1024)
@@ -168,19 +173,18 @@ class Forwarder:
                     dst.sendall(data)
             except OSError:
                 pass
-            finally:  # pass the end on (a half close), so the other direction drains before anything closes
-                with contextlib.suppress(OSError):
+            finally:
+                if at_end:  # the pod's side ended: its error (e.g. connection refused) is known before the client's
+                    at_end()
+                with contextlib.suppress(OSError):  # pass the end on (a half close): the other direction drains
                     dst.shutdown(socket.SHUT_WR)
 
-        pumps = [threading.Thread(target=pump, args=pair, daemon=True, name="port-forward-pump")
-                 for pair in ((remote, conn), (conn, remote))]
+        pumps = [threading.Thread(target=pump, args=(remote, conn, record), daemon=True, name="port-forward-pump"),
+                 threading.Thread(target=pump, args=(conn, remote), daemon=True, name="port-forward-pump")]
         for th in pumps:
             th.start()
         for th in pumps:
             th.join()
-        problem = pf.error(self.port)
-        if problem:
-            self.last_error = problem.strip()
         for s in (conn, remote):
             with contextlib.suppress(OSError):
                 s.close()
