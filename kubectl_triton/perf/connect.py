@@ -11,7 +11,7 @@ from pathlib import Path
 from kubectl_triton.adapters import kube as kube_mod
 from kubectl_triton.adapters.portforward import Forwarder, container_port, pick_pod
 from kubectl_triton.errors import InputError
-from kubectl_triton.gitops import repo
+from kubectl_triton.gitops.model import Repository
 from kubectl_triton.perf.target import Target, connect
 
 
@@ -27,10 +27,10 @@ class Where:
 def repo_owner(model: str, root: Path | None = None) -> str | None:
     """The models/<name>/ folder that holds Triton model `model`, if exactly one does (cwd's repository)."""
     try:
-        base = root or repo.find_root()
+        repository = Repository.at(root) if root else Repository.find()
     except InputError:
         return None
-    owners = sorted(p.parent.parent.name for p in base.glob(f"models/*/{model}/config.pbtxt"))
+    owners = [m.name for m in repository.owners_of(model)]
     return owners[0] if len(owners) == 1 else None
 
 

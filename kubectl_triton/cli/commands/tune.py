@@ -84,20 +84,19 @@ def summary(model: str, concurrency: int, search, best, written: str | None) -> 
 def write_config(model: str, repo_root: str | None, repo_model: str | None, best) -> Path | None:
     """Put the best setting into models/<repo-model>/<model>/config.pbtxt; None when nothing changed."""
     from kubectl_triton.formats import pbtxt
-    from kubectl_triton.gitops import repo
+    from kubectl_triton.gitops.model import Repository
     from kubectl_triton.perf import configedit
 
-    root = Path(repo_root).resolve() if repo_root else repo.find_root()
-    found = sorted(root.glob(f"models/*/{model}/config.pbtxt"))
-    if repo_model:
-        found = [p for p in found if p.parent.parent.name == repo_model]
-    if not found:
-        raise InputError(f"{root}: no models/{repo_model or '*'}/{model}/config.pbtxt to write",
+    repository = Repository.at(Path(repo_root)) if repo_root else Repository.find()
+    root, models = repository.root, repository.layout.models
+    owners = [m for m in repository.owners_of(model) if not repo_model or m.name == repo_model]
+    if not owners:
+        raise InputError(f"{root}: no {models}/{repo_model or '*'}/{model}/config.pbtxt to write",
                          hint="pass --repo PATH (the GitOps repository) or --repo-model")
-    if len(found) > 1:
-        raise InputError(f"{model} is in several models/ folders: "
-                         f"{', '.join(p.parent.parent.name for p in found)}", hint="pass --repo-model NAME")
-    path = found[0]
+    if len(owners) > 1:
+        raise InputError(f"{model} is in several {models}/ folders: {', '.join(m.name for m in owners)}",
+                         hint="pass --repo-model NAME")
+    path = owners[0].config_file(model)
     text = path.read_text(encoding="utf-8")
     new = configedit.edit(text, str(path), best.instance_count, best.dynamic_batching,
                           max_batch_size=best.max_batch_size)
