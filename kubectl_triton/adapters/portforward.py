@@ -74,6 +74,31 @@ def _translate(err: BaseException, namespace: str, pod: str, host: str) -> Clust
     return ClusterError(f"port-forward to pod {pod}: cannot reach the Kubernetes API at {host}: {first}")
 
 
+PROXY_THREAD = "Kubernetes port forward proxy"
+_hook_lock = threading.Lock()
+_proxy_errors: list[str] = []
+
+
+def _quiet_proxy_threads() -> None:
+    """Keep a socket error that ends one of the kubernetes client's port-forward proxy threads (the peer
+    reset a connection that was done anyway) off stderr: it is recorded, not printed as a thread traceback.
+    Every other thread's exception goes to the previous hook."""
+    with _hook_lock:
+        previous = threading.excepthook
+        if getattr(previous, "_kubectl_triton", False):
+            return
+
+        def hook(args: threading.ExceptHookArgs) -> None:
+            name = getattr(args.thread, "name", "") or ""
+            if name.startswith(PROXY_THREAD) and isinstance(args.exc_value, OSError):
+                _proxy_errors.append(f"{name}: {args.exc_value}")
+                return
+            previous(args)
+
+        hook._kubectl_triton = True  # type: ignore[attr-defined]
+        threading.excepthook = hook
+
+
 class Forwarder:
     """`with Forwarder(kube, ns, pod, port) as fw:` — clients connect to `fw.address`."""
 
@@ -108,6 +133,7 @@ class Forwarder:
 
     def start(self) -> Forwarder:
         """Check the API lets us forward (one websocket, closed at once), then listen."""
+        _quiet_proxy_threads()
         self._open().close()
         self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._listener.bind(("127.0.0.1", 0))
@@ -132,9 +158,13 @@ class Forwarder:
             conn.close()
             return
         remote = pf.socket(self.port)
-        done = threading.Event()
 
-        def pump(src: Any, dst: Any) -> None:
+        def record() -> None:
+            problem = pf.error(self.port)
+            if problem:
+                self.last_error = problem.strip()
+
+        def pump(src: Any, dst: Any, at_end: Any = None) -> None:
             try:
                 while True:
                     data = src.recv(256 * 1024)
@@ -144,17 +174,18 @@ class Forwarder:
             except OSError:
                 pass
             finally:
-                done.set()
+                if at_end:  # the pod's side ended: its error (e.g. connection refused) is known before the client's
+                    at_end()
+                with contextlib.suppress(OSError):  # pass the end on (a half close): the other direction drains
+                    dst.shutdown(socket.SHUT_WR)
 
-        threading.Thread(target=pump, args=(remote, conn), daemon=True).start()
-        threading.Thread(target=pump, args=(conn, remote), daemon=True).start()
-        done.wait()
-        failure = pf.error(self.port)
-        if failure:
-            self.last_error = failure.strip()
+        pumps = [threading.Thread(target=pump, args=(remote, conn, record), daemon=True, name="port-forward-pump"),
+                 threading.Thread(target=pump, args=(conn, remote), daemon=True, name="port-forward-pump")]
+        for th in pumps:
+            th.start()
+        for th in pumps:
+            th.join()
         for s in (conn, remote):
-            with contextlib.suppress(OSError):
-                s.shutdown(socket.SHUT_RDWR)
             with contextlib.suppress(OSError):
                 s.close()
 

@@ -78,20 +78,22 @@ def _group_value(ctx: click.Context, key: str) -> Any:
 
 
 class Duration(click.ParamType):
-    """`30s`, `500ms`, `5m`, `1h30m` or plain seconds; positive (or zero, when `allow_zero`)."""
+    """`30s`, `500ms`, `5m`, `1h30m` or plain seconds (not when `unit_required`); positive (or zero, when
+    `allow_zero`)."""
 
     name = "duration"
 
-    def __init__(self, allow_zero: bool = False) -> None:
-        self.allow_zero = allow_zero
+    def __init__(self, allow_zero: bool = False, unit_required: bool = False) -> None:
+        self.allow_zero, self.unit_required = allow_zero, unit_required
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
         if isinstance(value, (int, float)):
             seconds: float | None = float(value)
         else:
-            seconds = parse_duration(str(value))
+            seconds = parse_duration(str(value), bare_seconds=not self.unit_required)
         if seconds is None:
-            self.fail(f"{value!r} is not a duration (e.g. 30s, 500ms, 5m, 1h)", param, ctx)
+            example = "50ms, 1s" if self.unit_required else "30s, 500ms, 5m, 1h"
+            self.fail(f"{value!r} is not a duration (e.g. {example})", param, ctx)
         if seconds < 0 or (seconds == 0 and not self.allow_zero):
             self.fail("must be positive", param, ctx)
         return seconds
@@ -99,3 +101,63 @@ class Duration(click.ParamType):
 
 DURATION = Duration()
 GRACE = Duration(allow_zero=True)  # a grace period may be zero
+
+
+class IntList(click.ParamType):
+    """`1,2,4`: distinct integers within [minimum, maximum], in the given order."""
+
+    name = "list"
+
+    def __init__(self, minimum: int = 1, maximum: int = 4096) -> None:
+        self.minimum, self.maximum = minimum, maximum
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> list[int]:
+        if isinstance(value, list):
+            return value
+        try:
+            values = [int(x) for x in str(value).split(",") if x.strip()]
+        except ValueError:
+            self.fail(f"{value!r} is not a comma-separated list of integers", param, ctx)
+        if not values or any(v < self.minimum or v > self.maximum for v in values):
+            self.fail(f"values must be between {self.minimum} and {self.maximum}", param, ctx)
+        return list(dict.fromkeys(values))
+
+
+# bench and tune: where the model is served, what to send, and for how long
+MEASURE_FORMATS = ("text", "json", "yaml")
+
+
+def target_options(f: F) -> F:
+    """--url / cluster flags / --pod / --protocol / --input-data / -o (bench and tune)."""
+    for opt in reversed([
+        click.option("--url", default=None, help="Triton endpoint (http://HOST:8000, or HOST:8001 with grpc)."),
+        cluster_options(),
+        click.option("--pod", default=None, help="The pod to port-forward to (default: the first ready one)."),
+        click.option("--protocol", type=click.Choice(["http", "grpc"]), default="http", show_default=True),
+        click.option("--input-data", type=click.Path(dir_okay=False), default=None,
+                     help='JSON inputs: {"INPUT": [...]} or perf_analyzer\'s {"data": [{...}]}.'),
+        output_option(MEASURE_FORMATS),
+    ]):
+        f = opt(f)
+    return f
+
+
+def load_options(default_duration: str) -> Callable[[F], F]:
+    """--duration and --warmup (the measurement window and the unmeasured load before it)."""
+
+    def decorate(f: F) -> F:
+        f = click.option("--warmup", type=DURATION, default=None,
+                         help="Unmeasured load before each window (default: 20% of --duration, at most 2s).")(f)
+        return click.option("--duration", type=DURATION, default=default_duration, show_default=True,
+                            help="Measurement window.")(f)
+
+    return decorate
+
+
+def warmup_for(duration_s: float, warmup_s: float | None) -> float:
+    return warmup_s if warmup_s is not None else min(2.0, duration_s * 0.2)
+
+
+def cell(value: float | None, digits: int = 1) -> str:
+    """A number for a table cell ('-' for none)."""
+    return "-" if value is None else f"{value:.{digits}f}"

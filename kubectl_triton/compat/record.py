@@ -17,6 +17,7 @@ from kubectl_triton.compat.catalog import by_smi_name, gpus
 from kubectl_triton.compat.engine import BUILD_INFO, CONFIG, ENGINE_FILES, parse_build_info, parse_config, rank_files
 from kubectl_triton.errors import InputError
 from kubectl_triton.formats.yamlio import read_json
+from kubectl_triton.gitops.model import Repository
 
 # The line prefixes base/engine-build/build-info.py prints to the Job's log.
 MARKERS = {"build_info": "KUBECTL_TRITON_BUILD_INFO ", "config": "KUBECTL_TRITON_ENGINE_CONFIG ",
@@ -103,10 +104,11 @@ def destination(root: Path, model: str, key: str) -> Path:
     for what, name in (("model", model), ("GPU key", key)):
         if not _NAME.match(name) or name in (".", ".."):
             raise InputError(f"{what} {name!r}: must be a plain name (letters, digits, '.', '_', '-')")
-    model_dir = root / "models" / model
+    layout = Repository.at(root).layout
+    model_dir = root / layout.model_dir(model)
     if not model_dir.is_dir():
         raise InputError(f"{model_dir}: no such model folder", hint="scaffold it first: kubectl triton add-model")
-    dest = model_dir / "engines" / key
+    dest = root / layout.engines_dir(model, key)
     real_root = root.resolve()
     real_dest = dest.resolve()
     if real_dest != real_root and real_root not in real_dest.parents:

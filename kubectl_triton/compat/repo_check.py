@@ -19,6 +19,7 @@ from kubectl_triton.formats import pbtxt
 from kubectl_triton.formats.yamlio import load_all, loads_all
 from kubectl_triton.gitops import repo
 from kubectl_triton.gitops.labels import INSTANCE_LABEL, PRODUCT_LABEL
+from kubectl_triton.gitops.model import Repository
 
 # The compat rules' reason codes as registered checks (severity: the worst a rule reports; rules may grade lower).
 _DECLARED: tuple[tuple[str, Severity, str, str], ...] = (
@@ -288,7 +289,7 @@ def load_models(root: Path, *, skip_invalid: bool = False) -> dict[str, ModelInf
     """TensorRT-LLM models of the repo (backend tensorrtllm, or with recorded engines), by name. A malformed
     model.yaml raises InputError, or (`skip_invalid`, validate reports it itself) leaves that model out."""
     out: dict[str, ModelInfo] = {}
-    top = root / "models"
+    top = root / Repository.at(root).layout.models
     if not top.is_dir():
         return out
     for directory in sorted(p for p in top.iterdir() if p.is_dir()):

@@ -12,6 +12,7 @@ into a scaffold `Plan` (files to write, files to delete) that `scaffold.write_pl
 
 from __future__ import annotations
 
+import posixpath
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -37,7 +38,7 @@ from kubectl_triton.gitops.labels import (
     LABEL_TRACK,
     LABEL_VERSION,
 )
-from kubectl_triton.gitops.model import CANARY_SUFFIX
+from kubectl_triton.gitops.model import CANARY_SUFFIX, MODEL_COMPONENT, MODEL_METADATA, Layout, Repository
 from kubectl_triton.gitops.repo import flux_kustomizations
 from kubectl_triton.gitops.scaffold import Plan, flux_kustomization, resolve_cluster, triton_name, validate_name
 
@@ -108,21 +109,30 @@ class Facts:
     flux_entries: tuple[str, ...]  # resources of clusters/CLUSTER/models/kustomization.yaml
     model_yaml: dict = field(default_factory=dict)
     overlay_files: dict[str, tuple[str, ...]] = field(default_factory=dict)  # overlay -> its files
+    layout: Layout = field(default_factory=Layout)
 
     @property
     def flux_dir(self) -> str:
-        return f"clusters/{self.cluster}/models"
+        return self.layout.cluster_models_dir(self.cluster)
+
+    def overlay(self, variant: str | None = None) -> str:
+        """The model's overlays folder, or one overlay in it (repository-relative)."""
+        return self.layout.overlay_dir(self.model, variant)
+
+    @property
+    def model_dir(self) -> str:
+        return self.layout.model_dir(self.model)
 
     @property
     def canary_overlay(self) -> str | None:
         found = [o for o in self.overlays if o.endswith(SUFFIX)]
         if len(found) > 1:
-            raise InputError(f"overlays/{self.model}/: several canary overlays ({', '.join(found)}); keep one")
+            raise InputError(f"{self.overlay()}/: several canary overlays ({', '.join(found)}); keep one")
         return found[0] if found else None
 
     @property
     def route_rel(self) -> str:
-        return f"overlays/{self.model}/{ROUTE_DIR}/httproute.yaml"
+        return f"{self.overlay(ROUTE_DIR)}/httproute.yaml"
 
     def text(self, rel: str) -> str | None:
         return self.texts.get(rel)
@@ -131,9 +141,11 @@ class Facts:
 def read_facts(root: Path, model: str, cluster: str | None) -> Facts:
     """Read the model's folders, its Flux registration in CLUSTER and the files a plan may edit."""
     validate_name(model)
-    mdir, odir = root / "models" / model, root / "overlays" / model
-    if not mdir.is_dir() or not (odir / "model").is_dir():
-        raise InputError(f"{model}: no such model (models/{model}/ and overlays/{model}/model/ are needed)",
+    layout = Repository.at(root).layout
+    mdir, odir = root / layout.model_dir(model), root / layout.overlay_dir(model)
+    if not mdir.is_dir() or not (odir / MODEL_COMPONENT).is_dir():
+        raise InputError(f"{model}: no such model ({layout.model_dir(model)}/ and "
+                         f"{layout.overlay_dir(model, MODEL_COMPONENT)}/ are needed)",
                          hint="kubectl triton add-model creates one")
     cluster_name = resolve_cluster(root, cluster)
     texts: dict[str, str] = {}
@@ -162,27 +174,27 @@ def read_facts(root: Path, model: str, cluster: str | None) -> Facts:
     overlay_files = {o: tuple(sorted(p.relative_to(root).as_posix() for p in (odir / o).rglob("*")
                                      if p.is_file() or p.is_symlink())) for o in overlays}
     for o in overlays:
-        read(f"overlays/{model}/{o}/kustomization.yaml")
-    kfile = f"clusters/{cluster_name}/models/kustomization.yaml"
+        read(f"{layout.overlay_dir(model, o)}/kustomization.yaml")
+    kfile = f"{layout.cluster_models_dir(cluster_name)}/kustomization.yaml"
     ktext = read(kfile) or ""
     registered = {}
-    prefix = f"./overlays/{model}/"
-    for fk in flux_kustomizations(root, root / "clusters" / cluster_name):
+    prefix = f"./{layout.overlay_dir(model)}/"
+    for fk in flux_kustomizations(root, root / layout.cluster_dir(cluster_name)):
         path = fk.path.rstrip("/")
         if path.startswith(prefix) and "/" not in path[len(prefix):]:
             rel = fk.file.relative_to(root).as_posix()
             registered[path[len(prefix):]] = rel
             read(rel)
     for name in ("httproute.yaml", "kustomization.yaml", "inferencepool.yaml"):
-        read(f"overlays/{model}/{ROUTE_DIR}/{name}")
-    meta_text = read(f"models/{model}/model.yaml")
+        read(f"{layout.overlay_dir(model, ROUTE_DIR)}/{name}")
+    meta_text = read(f"{layout.model_dir(model)}/{MODEL_METADATA}")
     meta = {}
     if meta_text is not None:
-        docs = load_all(root / "models" / model / "model.yaml")
+        docs = load_all(root / layout.model_dir(model) / MODEL_METADATA)
         meta = docs[0] if docs and isinstance(docs[0], dict) else {}
     return Facts(model=model, cluster=cluster_name, triton_models=tms, texts=texts, overlays=overlays,
                  registered=registered, flux_entries=tuple(resources_of(ktext, kfile)), model_yaml=meta,
-                 overlay_files=overlay_files)
+                 overlay_files=overlay_files, layout=layout)
 
 
 # ---- choices ------------------------------------------------------------------------------------------
@@ -222,7 +234,7 @@ def pick_stable_gpu(facts: Facts, gpu: str | None) -> str:
             raise InputError(f"--gpu {gpu!r}: no overlay overlays/{facts.model}/{gpu}/; available: {choices}")
         if gpu not in stable:
             raise InputError(f"--gpu {gpu}: overlays/{facts.model}/{gpu} is not registered with Flux in "
-                             f"clusters/{facts.cluster}: a canary needs a stable track that runs")
+                             f"{facts.layout.cluster_dir(facts.cluster)}: a canary needs a stable track that runs")
         return gpu
     if len(stable) == 1:
         return stable[0]
@@ -257,9 +269,12 @@ def stable_version(facts: Facts, tm: TritonModel, canary: int, requested: int | 
     return 1, False
 
 
-def version_entries(tm: TritonModel, version: int) -> list[str]:
-    """configMapGenerator entries (`KEY=../../../models/...`) of the files committed for one version."""
-    return [f"{rel.split('/', 2)[2].replace('/', '__')}=../../../{rel}" for rel in tm.version_files.get(version, ())]
+def version_entries(tm: TritonModel, version: int, from_dir: str) -> list[str]:
+    """configMapGenerator entries (`KEY=<path from from_dir>`) of the files committed for one version: the key is
+    the path inside the model folder (`TM/N/model.py` -> `TM__N__model.py`)."""
+    top = posixpath.dirname(posixpath.dirname(tm.config_rel))  # the model folder holding TM/
+    return [f"{posixpath.relpath(rel, top).replace('/', '__')}={Layout.reference(from_dir, rel)}"
+            for rel in tm.version_files.get(version, ())]
 
 
 # ---- file texts ---------------------------------------------------------------------------------------
@@ -267,14 +282,15 @@ def version_entries(tm: TritonModel, version: int) -> list[str]:
 def canary_kustomization(facts: Facts, gpu: str, tm: TritonModel, version: int, stable: int) -> str:
     """overlays/MODEL/GPU-canary/kustomization.yaml: the stable overlay, renamed, relabelled, pinned to N."""
     m = facts.model
-    files = [f"{tm.name}__config.pbtxt={tm.name}.config.pbtxt", *version_entries(tm, version)]
+    files = [f"{tm.name}__config.pbtxt={tm.name}.config.pbtxt",
+             *version_entries(tm, version, facts.overlay(f"{gpu}{SUFFIX}"))]
     header = "\n".join([
-        f"Canary of {m}: Triton model {tm.name} version {version} beside overlays/{m}/{gpu} (version {stable}).",
+        f"Canary of {m}: Triton model {tm.name} version {version} beside {facts.overlay(gpu)} (version {stable}).",
         f"{tm.name}.config.pbtxt is {tm.config_rel} pinned to version {version}.",
-        f"Traffic split: overlays/{m}/{ROUTE_DIR}/httproute.yaml. Written by `kubectl triton canary`;",
+        f"Traffic split: {facts.route_rel}. Written by `kubectl triton canary`;",
         f"`kubectl triton promote {m}` or `kubectl triton abort {m}` removes this folder."])
     fields = Y.seq([Y.mapping(path="spec/selector/matchLabels", kind="ServiceMonitor", create=True)])
-    if "triton-multinode" in facts.texts.get(f"overlays/{m}/{gpu}/kustomization.yaml", ""):
+    if "triton-multinode" in facts.texts.get(f"{facts.overlay(gpu)}/kustomization.yaml", ""):
         # A multi-node model's canary is a whole second group: its pod templates carry the canary labels too.
         fields += [Y.mapping(path=f"spec/leaderWorkerTemplate/{t}/metadata/labels", kind="LeaderWorkerSet",
                              create=True) for t in ("leaderTemplate", "workerTemplate")]
@@ -286,7 +302,7 @@ def canary_kustomization(facts: Facts, gpu: str, tm: TritonModel, version: int, 
         labels=Y.seq([instance, track]),
         commonAnnotations=Y.mapping([(ANN_TRITON_MODEL, tm.name), (ANN_STABLE_VERSION, str(stable))]),
         resources=Y.seq([f"../{gpu}"]),
-        configMapGenerator=Y.seq([Y.mapping(name="model-config", namespace="triton", behavior="merge",
+        configMapGenerator=Y.seq([Y.mapping(name="model-config", namespace=facts.layout.namespace, behavior="merge",
                                             files=Y.seq(files))]))
     return Y.dumps(doc, header)
 
@@ -322,7 +338,7 @@ def route_files(facts: Facts, tm: TritonModel, gateway: str, stable: int, versio
                        rules=Y.seq([Y.mapping(matches=matches, backendRefs=_flow_refs(split_line(m, weight)))])))
     kust = Y.mapping(apiVersion="kustomize.config.k8s.io/v1beta1", kind="Kustomization", namespace="triton",
                      resources=Y.seq(["httproute.yaml"]))
-    base = f"overlays/{m}/{ROUTE_DIR}"
+    base = facts.overlay(ROUTE_DIR)
     return {f"{base}/kustomization.yaml": Y.dumps(kust), f"{base}/httproute.yaml": Y.dumps(route, header)}
 
 
@@ -481,7 +497,7 @@ def current(facts: Facts) -> Rollout | None:
     overlay = facts.canary_overlay
     if overlay is None:
         return None
-    krel = f"overlays/{facts.model}/{overlay}/kustomization.yaml"
+    krel = f"{facts.overlay(overlay)}/kustomization.yaml"
     docs = loads_all(facts.texts.get(krel, ""), krel)
     doc = docs[0] if docs and isinstance(docs[0], dict) else {}
     gpu = next((str(r)[3:] for r in doc.get("resources") or [] if str(r).startswith("../")), overlay[:-len(SUFFIX)])
@@ -521,7 +537,7 @@ def plan_start(facts: Facts, *, version: int, weight: int, gpu: str | None = Non
     if s == version:
         raise InputError(f"--version {version}: the stable track already serves version {version}")
     m, files = facts.model, {}
-    folder = f"models/{m}/{tm.name}/{version}"
+    folder = f"{facts.model_dir}/{tm.name}/{version}"
     if not tm.version_files.get(version):
         if tm.backend == "python":
             raise InputError(f"--version {version}: commit {folder}/model.py first (python models keep their "
@@ -534,12 +550,12 @@ def plan_start(facts: Facts, *, version: int, weight: int, gpu: str | None = Non
     if not pinned:
         stable_text = set_version_policy(stable_text, s, tm.config_rel)
         files[tm.config_rel] = stable_text
-    canary_dir = f"overlays/{m}/{gpu}{SUFFIX}"
+    canary_dir = facts.overlay(f"{gpu}{SUFFIX}")
     files[f"{canary_dir}/kustomization.yaml"] = canary_kustomization(facts, gpu, tm, version, s)
     files[f"{canary_dir}/{tm.name}.config.pbtxt"] = set_version_policy(stable_text, version, tm.config_rel)
     stable_flux, canary_flux, route_flux = (flux_name(m, gpu), flux_name(m, gpu + SUFFIX), flux_name(m, ROUTE_DIR))
     files[f"{facts.flux_dir}/{canary_flux}.yaml"] = flux_kustomization(
-        canary_flux, canary_dir, timeout=_timeout(facts, gpu))
+        canary_flux, canary_dir, timeout=_timeout(facts, gpu), layout=facts.layout)
     if facts.route_rel in facts.texts:
         files[facts.route_rel] = route_set_split(facts.texts[facts.route_rel], m, weight, stable=s, canary=version,
                                                  source=facts.route_rel)
@@ -551,8 +567,8 @@ def plan_start(facts: Facts, *, version: int, weight: int, gpu: str | None = Non
         files[route_file] = flux_depends(facts.texts[route_file], add=(stable_flux, canary_flux), source=route_file)
     else:
         route_file = f"{facts.flux_dir}/{route_flux}.yaml"
-        files[route_file] = flux_kustomization(route_flux, f"overlays/{m}/{ROUTE_DIR}", timeout="5m",
-                                               depends=(stable_flux, canary_flux))
+        files[route_file] = flux_kustomization(route_flux, facts.overlay(ROUTE_DIR), timeout="5m",
+                                               depends=(stable_flux, canary_flux), layout=facts.layout)
     _register(facts, files, add=[f"{canary_flux}.yaml", Path(route_file).name], remove=[])
     return Plan(files)
 
@@ -567,7 +583,7 @@ def _canary_pool_files(facts: Facts) -> dict[str, str]:
     picker unless the platform provides it, both listed in the route's kustomization."""
     if not _pool_route(facts):
         return {}
-    base = f"overlays/{facts.model}/{ROUTE_DIR}"
+    base = facts.overlay(ROUTE_DIR)
     stable_rel, kust_rel = f"{base}/inferencepool.yaml", f"{base}/kustomization.yaml"
     if stable_rel not in facts.texts or kust_rel not in facts.texts:
         raise InputError(f"{base}/: the route sends traffic to InferencePools but inferencepool.yaml or "
@@ -580,7 +596,7 @@ def _canary_pool_files(facts: Facts) -> dict[str, str]:
     add = ["inferencepool-canary.yaml"]
     if picker is None:
         files[f"{base}/{inferencepool.epp_dir(True)}/kustomization.yaml"] = inferencepool.epp_kustomization(
-            facts.model, canary=True)
+            facts.model, canary=True, layout=facts.layout)
         add.append(inferencepool.epp_dir(True))
     files[kust_rel] = edit_resources(facts.texts[kust_rel], add=add, source=kust_rel)
     return files
@@ -624,21 +640,22 @@ def plan_weight(facts: Facts, weight: int, version: int | None = None) -> Plan:
 def _end(facts: Facts, promote: bool) -> tuple[Plan, Rollout]:
     ro = current(facts)
     if ro is None:
-        raise InputError(f"{facts.model}: no canary in progress (no overlays/{facts.model}/*{SUFFIX}/)")
+        raise InputError(f"{facts.model}: no canary in progress (no {facts.overlay()}/*{SUFFIX}/)")
     m, files = facts.model, {}
     tm = facts.triton_models.get(ro.triton_model)
     if tm is None:
-        raise InputError(f"overlays/{m}/{ro.canary_overlay}: Triton model {ro.triton_model} is not in models/{m}/")
+        raise InputError(f"{facts.overlay(ro.canary_overlay)}: Triton model {ro.triton_model} is not in "
+                         f"{facts.model_dir}/")
     version = ro.canary if promote else ro.stable
     if promote:
         files[tm.config_rel] = set_version_policy(facts.texts[tm.config_rel], version, tm.config_rel)
-        comp = f"overlays/{m}/model/kustomization.yaml"
-        entries = version_entries(tm, version)
+        comp = f"{facts.overlay(MODEL_COMPONENT)}/kustomization.yaml"
+        entries = version_entries(tm, version, facts.overlay(MODEL_COMPONENT))
         if entries:
             new = component_add_files(facts.texts[comp], entries, comp)
             if new != facts.texts[comp]:
                 files[comp] = new
-        meta = f"models/{m}/model.yaml"
+        meta = f"{facts.model_dir}/{MODEL_METADATA}"
         if meta in facts.texts:
             new = model_yaml_version(facts.texts[meta], version, meta)
             if new != facts.texts[meta]:
@@ -650,7 +667,7 @@ def _end(facts: Facts, promote: bool) -> tuple[Plan, Rollout]:
                                                  source=facts.route_rel)
     delete = list(facts.overlay_files.get(ro.canary_overlay, ()))
     if facts.route_rel in facts.texts and _pool_route(facts):
-        base = f"overlays/{m}/{ROUTE_DIR}"
+        base = facts.overlay(ROUTE_DIR)
         canary_dir = f"{base}/{inferencepool.epp_dir(True)}/"
         delete += [p for p in facts.overlay_files.get(ROUTE_DIR, ())
                    if p == f"{base}/inferencepool-canary.yaml" or p.startswith(canary_dir)]
@@ -664,7 +681,7 @@ def _end(facts: Facts, promote: bool) -> tuple[Plan, Rollout]:
     route_file = facts.registered.get(ROUTE_DIR)
     if route_file:
         files[route_file] = flux_depends(facts.texts[route_file], remove=(canary_flux,), source=route_file)
-    keep = f"models/{m}/{tm.name}/{ro.canary}/{KEEP}"
+    keep = f"{facts.model_dir}/{tm.name}/{ro.canary}/{KEEP}"
     if not promote and tm.version_files.get(ro.canary) == (keep,):
         delete.append(keep)  # the marker `canary` wrote for an artifact-backed version
     flux_file = facts.registered.get(ro.canary_overlay)

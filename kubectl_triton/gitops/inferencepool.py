@@ -22,11 +22,12 @@ from kubectl_triton.formats import yamldump as Y
 from kubectl_triton.formats.yamlio import load_all, loads_all
 from kubectl_triton.gitops.labels import GROUP as LABEL_GROUP
 from kubectl_triton.gitops.labels import INSTANCE_LABEL, NAME_LABEL, TRITON_NAME
+from kubectl_triton.gitops.model import ROUTE_DIR, Layout
 
 GROUP = "inference.networking.k8s.io"
 API_VERSION = f"{GROUP}/v1"
 KIND = "InferencePool"
-EPP_BASE = "base/endpoint-picker"
+EPP_BASE = "endpoint-picker"  # a base (Layout.base)
 EPP_DIR = "endpoint-picker"
 EPP_PORT = 9002
 TARGET_PORT = 8000
@@ -92,13 +93,15 @@ def pool_yaml(model: str, *, canary: bool = False, multinode: bool = False,
     return Y.dumps(doc, f"The {track} track of {model} as an InferencePool: {where} picks the pod for each request.")
 
 
-def epp_kustomization(model: str, canary: bool = False) -> str:
+def epp_kustomization(model: str, canary: bool = False, layout: Layout | None = None) -> str:
     """route/endpoint-picker[-canary]/kustomization.yaml: the repository's picker for one pool."""
     name = pool_name(model, canary)
+    layout = layout or Layout()
+    base = Layout.reference(f"{layout.overlay_dir(model, ROUTE_DIR)}/{epp_dir(canary)}", layout.base(EPP_BASE))
     ops = Y.seq([Y.mapping(op="replace", path="/spec/template/spec/containers/0/args/1", value=name)])
     doc = Y.mapping(apiVersion="kustomize.config.k8s.io/v1beta1", kind="Kustomization", namePrefix=f"{name}-",
                     labels=Y.seq([Y.mapping(pairs=Y.mapping([(POOL_LABEL, name)]), includeSelectors=True)]),
-                    resources=Y.seq([f"../../../../{EPP_BASE}"]),
+                    resources=Y.seq([base]),
                     patches=Y.seq([Y.mapping(target=Y.mapping(kind="Deployment"), patch=Y.literal(Y.dumps(ops)))]))
     Y.comment(doc["patches"], 0, f"--pool-name {name}", 2)
     return Y.dumps(doc)
@@ -113,7 +116,7 @@ def refs(model: str, weight: int | None) -> list[dict]:
 
 
 def route_files(model: str, triton_models: list[str], *, gateway: tuple[str | None, str], multinode: bool,
-                picker: EndpointPicker | None, openai: bool = False) -> dict[str, str]:
+                picker: EndpointPicker | None, openai: bool = False, layout: Layout | None = None) -> dict[str, str]:
     """overlays/MODEL/route/ files of a model routed through an InferencePool (relative to route/)."""
     ns, gw = gateway
     # A pool has one target port: Triton's KServe HTTP port, or the OpenAI-compatible frontend's for /v1 clients.
@@ -128,14 +131,14 @@ def route_files(model: str, triton_models: list[str], *, gateway: tuple[str | No
     header = (f"{model} behind the Gateway through its InferencePool (the endpoint picker chooses the pod).\n"
               f"`kubectl triton canary {model}` adds the pool {pool_name(model, True)} and splits by weight here.")
     resources = Y.seq(["inferencepool.yaml", "httproute.yaml"] + ([] if picker else [EPP_DIR]))
-    kust = Y.mapping(apiVersion="kustomize.config.k8s.io/v1beta1", kind="Kustomization", namespace="triton",
-                     resources=resources)
+    kust = Y.mapping(apiVersion="kustomize.config.k8s.io/v1beta1", kind="Kustomization",
+                     namespace=(layout or Layout()).namespace, resources=resources)
     files = {"kustomization.yaml": Y.dumps(kust),
              "inferencepool.yaml": pool_yaml(model, multinode=multinode, picker=picker,
                                              port=OPENAI_PORT if openai else TARGET_PORT),
              "httproute.yaml": Y.dumps(route, header)}
     if picker is None:
-        files[f"{EPP_DIR}/kustomization.yaml"] = epp_kustomization(model)
+        files[f"{EPP_DIR}/kustomization.yaml"] = epp_kustomization(model, layout=layout)
     return files
 
 

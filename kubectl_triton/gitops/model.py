@@ -7,6 +7,7 @@ writes; a repository can name other folders in its layout file (see `Layout.load
 from __future__ import annotations
 
 import json
+import posixpath
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -112,6 +113,23 @@ class Layout:
 
     def engines_dir(self, model: str, gpu: str | None = None) -> str:
         return f"{self.models}/{model}/{ENGINES_DIR}" + (f"/{gpu}" if gpu else "")
+
+    def base(self, name: str) -> str:
+        """A Triton base (`triton`, `engine-build`, `triton-multinode`, `endpoint-picker`, `platform`)."""
+        return f"{self.bases}/{name}"
+
+    def shared_component(self, name: str) -> str:
+        """A Component every model may include (`artifacts/s3`, `autoscaling/keda`), beside the GPU types."""
+        return f"{self.overlays}/{name}"
+
+    def cluster_models_dir(self, cluster: str) -> str:
+        """The folder of a cluster's per-model Flux Kustomizations (and their kustomization.yaml)."""
+        return f"{self.clusters}/{cluster}/models"
+
+    @staticmethod
+    def reference(from_dir: str, to: str) -> str:
+        """`to` as a kustomization in `from_dir` names it (a relative path; both relative to the root)."""
+        return posixpath.relpath(to, from_dir)
 
 
 def _check_schema(doc: dict[str, Any]) -> None:

@@ -27,7 +27,15 @@ from kubectl_triton.formats.yamledit import edit_resources
 from kubectl_triton.gitops import inferencepool
 from kubectl_triton.gitops.inferencepool import platform_picker
 from kubectl_triton.gitops.layout import confine
-from kubectl_triton.gitops.model import LAYOUT_FILE, Layout, Repository
+from kubectl_triton.gitops.model import (
+    ENGINE_BUILD_SUFFIX,
+    LAYOUT_FILE,
+    MODEL_COMPONENT,
+    MODEL_METADATA,
+    ROUTE_DIR,
+    Layout,
+    Repository,
+)
 from kubectl_triton.gitops.repo import flux_kustomizations
 
 BACKENDS = ("tensorrtllm", "onnxruntime", "pytorch", "tensorflow", "python", "ensemble")
@@ -50,7 +58,7 @@ MAX_NAME = 63 - len("-triton")
 # label controller-revision-hash=<StatefulSet>-<10 characters>, a label value of 63 characters at most.
 LWS_SUFFIX = "-triton-group"
 MAX_MULTINODE_NAME = 63 - len(LWS_SUFFIX) - len("-0-") - 10
-MULTINODE_BASE = "base/triton-multinode"
+MULTINODE_BASE = "triton-multinode"  # a base (Layout.base)
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 _TENSOR_NAME = re.compile(r"[A-Za-z0-9_.\-]+")
 _IMAGE_TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,100}")
@@ -269,7 +277,7 @@ def check_options(opts: Options, facts: RepoFacts) -> None:
         raise InputError("--gpu: at least one GPU type is required; available: " + ", ".join(facts.gpus))
     for gpu in opts.gpus:
         if gpu not in facts.gpus:
-            raise InputError(f"--gpu {gpu!r}: no overlays/gpus/{gpu}/ Component in this repository; "
+            raise InputError(f"--gpu {gpu!r}: no {facts.layout.gpu_component(gpu)}/ Component in this repository; "
                              f"available: {', '.join(facts.gpus) or 'none'}")
     if not _IMAGE_TAG.fullmatch(opts.image_tag):
         raise InputError(f"--image-tag {opts.image_tag!r}: not a container image tag (e.g. 24.12)")
@@ -818,14 +826,15 @@ def deployment_patch(opts: Options, triton_models: list[str]) -> str:
     return Y.dumps(doc)
 
 
-def component_kustomization(opts: Options, model_files: list[str]) -> str:
+def component_kustomization(opts: Options, model_files: list[str], layout: Layout = DEFAULT_LAYOUT) -> str:
     """overlays/NAME/model/kustomization.yaml: the model Component (model-config ConfigMap, Deployment patch)."""
     name = opts.name
+    models = Layout.reference(layout.overlay_dir(name, MODEL_COMPONENT), layout.model_dir(name))
     header = (f"{name}: its Triton model repository (config.pbtxt and python model files from models/{name}/) "
               "and the\nsettings every GPU overlay of it shares. ConfigMap keys are repository paths with \"/\" "
               "written as \"__\".")
     generators = Y.seq([Y.mapping(name="model-config", files=Y.seq(
-        f"{rel.replace('/', '__')}=../../../models/{name}/{rel}" for rel in model_files))])
+        f"{rel.replace('/', '__')}={models}/{rel}" for rel in model_files))])
     art = parse_artifact(opts.artifact, name)
     if art["source"] == "s3":
         generators.append(Y.mapping(name="artifact-source", literals=Y.seq(
@@ -858,17 +867,23 @@ def _instance_labels(name: str, multinode: bool = False) -> Any:
 
 def serving_kustomization(opts: Options, gpu: str, layout: Layout = DEFAULT_LAYOUT) -> str:
     """overlays/NAME/GPU/kustomization.yaml: base + model Component + GPU Component (+ S3, + tp x pp GPUs)."""
-    components = Y.seq(["../model", f"../../gpus/{gpu}"])
+    here = layout.overlay_dir(opts.name, gpu)
+
+    def ref(to: str) -> str:
+        return Layout.reference(here, to)
+
+    components = Y.seq([ref(layout.overlay_dir(opts.name, MODEL_COMPONENT)), ref(layout.gpu_component(gpu))])
     if parse_artifact(opts.artifact, opts.name)["source"] == "s3":
-        components.append("../../artifacts/s3")
+        components.append(ref(layout.shared_component("artifacts/s3")))
     if opts.autoscaler == "keda":  # scale to zero: a KEDA ScaledObject instead of the base HPA
-        components.append("../../autoscaling/keda")
+        components.append(ref(layout.shared_component("autoscaling/keda")))
     doc = Y.mapping(apiVersion="kustomize.config.k8s.io/v1beta1", kind="Kustomization", namespace=layout.namespace,
                     namePrefix=f"{opts.name}-",
                     labels=_instance_labels(opts.name, opts.backend == "tensorrtllm" and opts.llm.nodes > 1),
-                    resources=Y.seq(["../../../base/triton"]), components=components)
+                    resources=Y.seq([ref(layout.base("triton"))]), components=components)
     if opts.autoscaler == "keda":
-        doc["replacements"] = Y.seq([Y.mapping(path="../../autoscaling/keda/replacements.yaml")])
+        doc["replacements"] = Y.seq([Y.mapping(path=ref(layout.shared_component("autoscaling/keda")) +
+                                               "/replacements.yaml")])
     world = opts.llm.tp * opts.llm.pp if opts.backend == "tensorrtllm" else 1
     patches = Y.seq()
     if opts.route == "inferencepool":
@@ -884,7 +899,7 @@ def serving_kustomization(opts: Options, gpu: str, layout: Layout = DEFAULT_LAYO
                                  patch=Y.literal(Y.dumps(Y.seq([rule, exempt])))))
         Y.comment(patches, 0, "The InferencePool's endpoint picker scrapes Triton's metrics (queue, KV cache).", 2)
     if opts.backend == "tensorrtllm" and opts.llm.nodes > 1:
-        components.append(f"../../../{MULTINODE_BASE}")
+        components.append(ref(layout.base(MULTINODE_BASE)))
         patches.append(Y.mapping(target=Y.mapping(kind="LeaderWorkerSet"), patch=Y.literal(Y.dumps(group_patch(opts)))))
         Y.comment(patches, len(patches) - 1, f"{opts.llm.nodes} nodes x {gpus_per_node(opts)} GPUs = tp x pp = "
                   f"{world} ranks (docs/multinode.md).", 2)
@@ -925,12 +940,15 @@ def group_patch(opts: Options) -> Any:
 def engine_build_kustomization(opts: Options, gpu: str, layout: Layout = DEFAULT_LAYOUT) -> str:
     """overlays/NAME/GPU-engine-build/kustomization.yaml: the engine-build Job for this model and GPU."""
     name = opts.name
+    here = layout.overlay_dir(name, f"{gpu}{ENGINE_BUILD_SUFFIX}")
+    meta = Layout.reference(here, f"{layout.model_dir(name)}/{MODEL_METADATA}")
     doc = Y.mapping(apiVersion="kustomize.config.k8s.io/v1beta1", kind="Kustomization", namespace=layout.namespace,
                     namePrefix=f"{name}-{gpu}-",
                     labels=Y.seq([Y.mapping(pairs=Y.mapping([("app.kubernetes.io/instance", name)]))]),
-                    resources=Y.seq(["../../../base/engine-build"]), components=Y.seq([f"../../gpus/{gpu}"]),
+                    resources=Y.seq([Layout.reference(here, layout.base("engine-build"))]),
+                    components=Y.seq([Layout.reference(here, layout.gpu_component(gpu))]),
                     configMapGenerator=Y.seq([Y.mapping(name="engine-build-model", files=Y.seq(
-                        [f"model.yaml=../../../models/{name}/model.yaml"]))]))
+                        [f"model.yaml={meta}"]))]))
     img = image(opts)
     if img != BASE_ENGINE_BUILD_IMAGE:
         container = Y.mapping(name="engine-build", image=img,
@@ -1020,43 +1038,45 @@ def model_files(opts: Options, facts: RepoFacts) -> dict[str, str]:
 def render(opts: Options, facts: RepoFacts) -> dict[str, str]:
     """Every file add-model writes, repository-relative path -> content (the cluster kustomization included)."""
     check_options(opts, facts)
-    name = opts.name
+    name, layout = opts.name, facts.layout
     inner = model_files(opts, facts)
-    files = {f"models/{name}/{rel}": text for rel, text in inner.items()}
-    files[f"models/{name}/model.yaml"] = model_yaml(opts)
-    files[f"overlays/{name}/model/kustomization.yaml"] = component_kustomization(opts, list(inner))
+    mdir = layout.model_dir(name)
+    files = {f"{mdir}/{rel}": text for rel, text in inner.items()}
+    files[f"{mdir}/{MODEL_METADATA}"] = model_yaml(opts)
+    component = layout.overlay_dir(name, MODEL_COMPONENT)
+    files[f"{component}/kustomization.yaml"] = component_kustomization(opts, list(inner), layout)
     triton_models = {rel.split("/", 1)[0] for rel in inner if rel.endswith("/config.pbtxt")}
-    files[f"overlays/{name}/model/deployment.yaml"] = deployment_patch(opts, sorted(triton_models))
-    flux_dir = f"clusters/{facts.cluster}/models"
+    files[f"{component}/deployment.yaml"] = deployment_patch(opts, sorted(triton_models))
+    flux_dir = layout.cluster_models_dir(facts.cluster)
     entries = []
     for index, gpu in enumerate(opts.gpus):
-        files[f"overlays/{name}/{gpu}/kustomization.yaml"] = serving_kustomization(opts, gpu, facts.layout)
+        files[f"{layout.overlay_dir(name, gpu)}/kustomization.yaml"] = serving_kustomization(opts, gpu, layout)
         if index:
             # One GPU type per model per cluster: the overlays render the same object names, so a second one
             # registered here would fight the first. Further --gpu overlays are for other clusters.
             continue
         depends: tuple[str, ...] = ()
         if opts.backend == "tensorrtllm":
-            build = f"{name}-{gpu}-engine-build"
-            files[f"overlays/{name}/{gpu}-engine-build/kustomization.yaml"] = engine_build_kustomization(opts, gpu,
-                                                                                                         facts.layout)
-            files[f"{flux_dir}/{build}.yaml"] = flux_kustomization(
-                build, f"overlays/{name}/{gpu}-engine-build", timeout="2h", force=True, layout=facts.layout)
+            build = f"{name}-{gpu}{ENGINE_BUILD_SUFFIX}"
+            build_dir = layout.overlay_dir(name, f"{gpu}{ENGINE_BUILD_SUFFIX}")
+            files[f"{build_dir}/kustomization.yaml"] = engine_build_kustomization(opts, gpu, layout)
+            files[f"{flux_dir}/{build}.yaml"] = flux_kustomization(build, build_dir, timeout="2h", force=True,
+                                                                   layout=layout)
             entries.append(f"{build}.yaml")
             depends = (build,)
         files[f"{flux_dir}/{name}-{gpu}.yaml"] = flux_kustomization(
-            f"{name}-{gpu}", f"overlays/{name}/{gpu}", timeout="30m" if depends else "15m", depends=depends,
-            layout=facts.layout)
+            f"{name}-{gpu}", layout.overlay_dir(name, gpu), timeout="30m" if depends else "15m", depends=depends,
+            layout=layout)
         entries.append(f"{name}-{gpu}.yaml")
     if opts.route == "inferencepool":
         multinode = opts.backend == "tensorrtllm" and opts.llm.nodes > 1
         for rel, text in inferencepool.route_files(name, sorted(triton_models), gateway=gateway_ref(opts.gateway),
                                                    multinode=multinode, picker=facts.picker,
-                                                   openai=opts.frontend == "openai").items():
-            files[f"overlays/{name}/route/{rel}"] = text
+                                                   openai=opts.frontend == "openai", layout=layout).items():
+            files[f"{layout.overlay_dir(name, ROUTE_DIR)}/{rel}"] = text
         files[f"{flux_dir}/{name}-route.yaml"] = flux_kustomization(
-            f"{name}-route", f"overlays/{name}/route", timeout="5m", depends=(f"{name}-{opts.gpus[0]}",),
-            layout=facts.layout)
+            f"{name}-route", layout.overlay_dir(name, ROUTE_DIR), timeout="5m", depends=(f"{name}-{opts.gpus[0]}",),
+            layout=layout)
         entries.append(f"{name}-route.yaml")
     source = f"{flux_dir}/kustomization.yaml"
     stale = [e for e in facts.flux_entries if e not in entries]
@@ -1071,7 +1091,7 @@ def plan(opts: Options, facts: RepoFacts, *, force: bool = False) -> Plan:
     Without `force` an existing model is refused."""
     files = render(opts, facts)
     if facts.model_files and not force:
-        shown = ", ".join(sorted({"/".join(p.split("/")[:2]) if not p.startswith("clusters/") else p
+        shown = ", ".join(sorted({"/".join(p.split("/")[:2]) if not p.startswith(f"{facts.layout.clusters}/") else p
                                   for p in facts.model_files})[:3])
         raise InputError(f"{opts.name}: the model already exists ({shown}); pass --force to rewrite its files")
     delete = tuple(p for p in sorted(facts.model_files) if p not in files)
@@ -1080,17 +1100,17 @@ def plan(opts: Options, facts: RepoFacts, *, force: bool = False) -> Plan:
 
 # ---- I/O: reading the repository --------------------------------------------------------------------
 
-def gpu_keys(root: Path) -> tuple[str, ...]:
-    """GPU types this repository has a Component for (overlays/gpus/<key>/kustomization.yaml)."""
-    top = root / "overlays" / "gpus"
-    return tuple(sorted(p.name for p in top.iterdir() if (p / "kustomization.yaml").is_file())) \
-        if top.is_dir() else ()
+def gpu_keys(repo: Repository) -> tuple[str, ...]:
+    """GPU types this repository has a Component for (<gpus>/<key>/kustomization.yaml)."""
+    return tuple(repo.gpu_components)
 
 
 def resolve_cluster(root: Path, cluster: str | None) -> str:
     """--cluster, or the only cluster folder; it must hold models/kustomization.yaml."""
-    top = root / "clusters"
-    names = sorted(p.name for p in top.iterdir() if (p / "models" / "kustomization.yaml").is_file()) \
+    layout = Repository.at(root).layout
+    top = root / layout.clusters
+    names = sorted(p.name for p in top.iterdir()
+                   if (root / layout.cluster_models_dir(p.name) / "kustomization.yaml").is_file()) \
         if top.is_dir() else []
     if cluster is None:
         if len(names) == 1:
@@ -1099,7 +1119,7 @@ def resolve_cluster(root: Path, cluster: str | None) -> str:
             raise InputError(f"{top}: no cluster folder with models/kustomization.yaml")
         raise InputError(f"--cluster: this repository has several clusters ({', '.join(names)}); name one")
     if cluster not in names:
-        raise InputError(f"--cluster {cluster!r}: no clusters/{cluster}/models/kustomization.yaml; "
+        raise InputError(f"--cluster {cluster!r}: no {layout.cluster_models_dir(cluster)}/kustomization.yaml; "
                          f"available: {', '.join(names) or 'none'}")
     return cluster
 
@@ -1111,19 +1131,20 @@ def _files_under(root: Path, rel: str) -> list[str]:
     return sorted(p.relative_to(root).as_posix() for p in top.rglob("*") if p.is_file() or p.is_symlink())
 
 
-def find_members(root: Path, steps: tuple[Step, ...], exclude: str) -> dict[str, Member]:
+def find_members(root: Path, steps: tuple[Step, ...], exclude: str, layout: Layout) -> dict[str, Member]:
     """The models ensemble steps name: models/*/MODEL/ (or models/DIR/MODEL/), models/`exclude` skipped."""
     out: dict[str, Member] = {}
+    models = root / layout.models
     for step in steps:
         if step.model in out:
             continue
         if "/" in step.model:
-            candidates = [root / "models" / step.model / "config.pbtxt"]
+            candidates = [models / step.model / "config.pbtxt"]
         else:
-            candidates = sorted((root / "models").glob(f"*/{step.model}/config.pbtxt"))
+            candidates = sorted(models.glob(f"*/{step.model}/config.pbtxt"))
         found = [c for c in candidates if c.is_file() and c.parent.parent.name != exclude]
         if not found:
-            raise InputError(f"--step {step.model!r}: unknown model (no models/*/{step.model}/config.pbtxt)")
+            raise InputError(f"--step {step.model!r}: unknown model (no {layout.models}/*/{step.model}/config.pbtxt)")
         if len(found) > 1:
             where = ", ".join(c.parent.relative_to(root).as_posix() for c in found)
             raise InputError(f"--step {step.model!r}: several models of that name ({where}); write DIR/MODEL")
@@ -1144,20 +1165,24 @@ def read_facts(root: Path, opts: Options, cluster: str | None) -> RepoFacts:
     """Everything `render`/`plan` need from the repository at `root`."""
     validate_name(opts.name)
     name = opts.name
-    overlay_dir = root / "overlays" / name
-    if overlay_dir.is_dir() and not (overlay_dir / "model").is_dir() and not (root / "models" / name).is_dir():
-        raise InputError(f"NAME {name!r}: overlays/{name}/ is not a model's overlay folder (no model/ Component); "
-                         "pick another NAME")
+    repo = Repository.at(root)
+    layout = repo.layout
+    overlay_dir = root / layout.overlay_dir(name)
+    if overlay_dir.is_dir() and not (overlay_dir / MODEL_COMPONENT).is_dir() \
+            and not (root / layout.model_dir(name)).is_dir():
+        raise InputError(f"NAME {name!r}: {layout.overlay_dir(name)}/ is not a model's overlay folder (no "
+                         f"{MODEL_COMPONENT}/ Component); pick another NAME")
     cluster_name = resolve_cluster(root, cluster)
-    kfile = root / "clusters" / cluster_name / "models" / "kustomization.yaml"
+    flux_dir = layout.cluster_models_dir(cluster_name)
+    kfile = root / flux_dir / "kustomization.yaml"
     try:
         ktext = kfile.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as err:
         raise InputError(f"{kfile}: cannot read: {getattr(err, 'strerror', None) or err}") from None
-    existing = _files_under(root, f"models/{name}") + _files_under(root, f"overlays/{name}")
+    existing = _files_under(root, layout.model_dir(name)) + _files_under(root, layout.overlay_dir(name))
     flux_entries = []
-    prefix = f"./overlays/{name}/"
-    for fk in flux_kustomizations(root, root / "clusters" / cluster_name):
+    prefix = f"./{layout.overlay_dir(name)}/"
+    for fk in flux_kustomizations(root, root / layout.cluster_dir(cluster_name)):
         if fk.path.rstrip("/").startswith(prefix) or fk.path.rstrip("/") == prefix.rstrip("/"):
             rel = fk.file.relative_to(root).as_posix()
             if rel not in existing and fk.file.parent == kfile.parent:
@@ -1165,19 +1190,19 @@ def read_facts(root: Path, opts: Options, cluster: str | None) -> RepoFacts:
                 flux_entries.append(fk.file.name)
     for gpu in opts.gpus:  # a Flux file we would write that belongs to nobody yet still counts as existing
         for fname in (f"{name}-{gpu}.yaml", f"{name}-{gpu}-engine-build.yaml"):
-            rel = f"clusters/{cluster_name}/models/{fname}"
+            rel = f"{flux_dir}/{fname}"
             if (root / rel).exists() and rel not in existing:
                 existing.append(rel)
-    members = find_members(root, opts.steps, exclude=name) if opts.backend == "ensemble" else {}
+    members = find_members(root, opts.steps, exclude=name, layout=layout) if opts.backend == "ensemble" else {}
     picker = None
     if opts.route == "inferencepool":
         picker = platform_picker(root, LAYOUT_FILE)
-    rel = f"clusters/{cluster_name}/models/{name}-route.yaml"
+    rel = f"{flux_dir}/{name}-route.yaml"
     if (root / rel).exists() and rel not in existing:
         existing.append(rel)
-    return RepoFacts(gpus=gpu_keys(root), cluster=cluster_name, cluster_kustomization=ktext, members=members,
+    return RepoFacts(gpus=gpu_keys(repo), cluster=cluster_name, cluster_kustomization=ktext, members=members,
                      model_files=tuple(sorted(existing)), flux_entries=tuple(flux_entries), picker=picker,
-                     layout=Repository.at(root).layout)
+                     layout=layout)
 
 
 # ---- I/O: writing all or nothing --------------------------------------------------------------------

@@ -141,3 +141,9 @@ def from_file(path: Path, specs: list[dict]) -> list[list[Tensor]]:
             tensors.append(Tensor(s["name"], s["datatype"], tuple(shape), encode(arr, s["datatype"])))
         out.append(tensors)
     return out
+
+
+def for_target(target: Any, input_data: str | None) -> list[list[Tensor]]:
+    """The requests to send to a served model: from an --input-data file, else generated from its config."""
+    specs = input_specs(target.config())
+    return from_file(Path(input_data), specs) if input_data else generate(specs)

@@ -11,7 +11,9 @@ from dataclasses import asdict, dataclass
 
 from kubectl_triton.perf import PerfError
 from kubectl_triton.perf.inputs import Tensor
-from kubectl_triton.perf.target import Split, split, totals
+from kubectl_triton.perf.target import Session, Split, Target, split, totals
+
+PARTS = 5
 
 
 @dataclass(frozen=True)
@@ -27,12 +29,13 @@ class LevelResult:
     compute_us: float | None
     batch: float | None
     requests: int
+    noise: float | None = None  # relative standard error of the throughput, from the window's five fifths
 
     def to_dict(self) -> dict:
         d = asdict(self)
-        for k in ("throughput", "p50_ms", "p90_ms", "p99_ms", "queue_us", "compute_us", "batch"):
+        for k in ("throughput", "p50_ms", "p90_ms", "p99_ms", "queue_us", "compute_us", "batch", "noise"):
             if d[k] is not None:
-                d[k] = round(d[k], 3 if k.endswith("_ms") or k == "batch" else 1)
+                d[k] = round(d[k], 3 if k.endswith("_ms") or k in ("batch", "noise") else 1)
         return d
 
 
@@ -46,47 +49,63 @@ def percentile(values: Sequence[float], q: float) -> float:
     return values[lo] + (values[hi] - values[lo]) * (pos - lo)
 
 
+def relative_error(offsets_s: Sequence[float], window_s: float, parts: int = PARTS) -> float | None:
+    """Relative standard error of a window's throughput, from the completions in each of its `parts` equal
+    slices (`offsets_s`: completion times from the window's start). None with too few completions."""
+    if window_s <= 0 or len(offsets_s) < 2 * parts:
+        return None
+    counts = [0] * parts
+    for t in offsets_s:
+        counts[min(parts - 1, max(0, int(t / window_s * parts)))] += 1
+    mean = sum(counts) / parts
+    var = sum((c - mean) ** 2 for c in counts) / (parts - 1)
+    return (var ** 0.5) / mean / parts ** 0.5 if mean > 0 else None
+
+
 def summarize(concurrency: int, latencies_s: Sequence[float], window_s: float, sp: Split,
-              batch_size: int = 1) -> LevelResult:
+              batch_size: int = 1, offsets_s: Sequence[float] = ()) -> LevelResult:
     """Pure: a level's figures from the latencies of the requests completed in a window of `window_s`."""
     lat = sorted(x * 1e3 for x in latencies_s)
     return LevelResult(concurrency, len(lat) * batch_size / window_s if window_s > 0 else 0.0,
                        percentile(lat, 50), percentile(lat, 90), percentile(lat, 99),
-                       sp.queue_us, sp.compute_us, sp.batch, len(lat))
+                       sp.queue_us, sp.compute_us, sp.batch, len(lat), relative_error(offsets_s, window_s))
 
 
-def run_level(target, requests: list[list[Tensor]], concurrency: int, duration_s: float,
+def run_level(target: Target, requests: list[list[Tensor]], concurrency: int, duration_s: float,
               warmup_s: float = 0.5) -> LevelResult:
-    """Run one level and measure it. The first worker error stops the level and raises PerfError;
-    Ctrl-C stops the workers before it propagates."""
-    sessions = [target.session(requests) for _ in range(concurrency)]
+    """Run one level and measure it. The first worker error stops the level and raises PerfError.
+    Ctrl-C (KeyboardInterrupt) at any point stops the workers that started, closes every session and
+    propagates."""
+    sessions: list[Session] = []
+    threads: list[threading.Thread] = []
     stop = threading.Event()
     errors: list[BaseException] = []
-    lat: list[list[float]] = [[] for _ in range(concurrency)]
-    t0 = time.perf_counter()
-    start, end = t0 + warmup_s, t0 + warmup_s + duration_s
-
-    def work(i: int) -> None:
-        session, mine, n = sessions[i], lat[i], i
-        try:
-            while not stop.is_set():
-                sent = time.perf_counter()
-                if sent >= end:
-                    return
-                session.infer(n)
-                done = time.perf_counter()
-                n += 1
-                if start <= done <= end:
-                    mine.append(done - sent)
-        except BaseException as err:  # noqa: BLE001 - handed to the main thread
-            errors.append(err)
-            stop.set()
-        finally:
-            session.close()
-
-    threads = [threading.Thread(target=work, args=(i,), daemon=True, name=f"load-{i}") for i in range(concurrency)]
+    lat: list[list[tuple[float, float]]] = [[] for _ in range(concurrency)]
     try:
-        for th in threads:
+        for _ in range(concurrency):
+            sessions.append(target.session(requests))
+        t0 = time.perf_counter()
+        start, end = t0 + warmup_s, t0 + warmup_s + duration_s
+
+        def work(i: int) -> None:
+            session, mine, n = sessions[i], lat[i], i
+            try:
+                while not stop.is_set():
+                    sent = time.perf_counter()
+                    if sent >= end:
+                        return
+                    session.infer(n)
+                    done = time.perf_counter()
+                    n += 1
+                    if start <= done <= end:
+                        mine.append((done - sent, done - start))
+            except BaseException as err:  # noqa: BLE001 - handed to the main thread
+                errors.append(err)
+                stop.set()
+
+        for i in range(concurrency):
+            th = threading.Thread(target=work, args=(i,), daemon=True, name=f"load-{i}")
+            threads.append(th)  # before start(): a Ctrl-C inside start() still finds it below
             th.start()
         stop.wait(max(0.0, start - time.perf_counter()))
         before = totals(target.stats()) if not stop.is_set() else None
@@ -94,19 +113,25 @@ def run_level(target, requests: list[list[Tensor]], concurrency: int, duration_s
         after = totals(target.stats()) if not stop.is_set() else None
     finally:
         stop.set()
-        for th in threads:
-            th.join(timeout=target.timeout + 5)
+        try:
+            for th in threads:
+                if th.ident is not None:  # started (a thread interrupted inside start() may never have run)
+                    th.join(timeout=getattr(target, "timeout", 60.0) + 5)
+        finally:
+            for session in sessions:  # closed here, after the workers stopped: also those that never ran
+                session.close()
     if errors:
         err = errors[0]
         raise err if isinstance(err, PerfError) else PerfError(f"load generator: {err}")
-    all_lat = [x for worker in lat for x in worker]
-    if not all_lat:
+    done = [x for worker in lat for x in worker]
+    if not done:
         raise PerfError(f"no request completed within {duration_s:g} s at concurrency {concurrency}",
                         hint="raise --duration")
-    return summarize(concurrency, all_lat, duration_s, split(before, after))
+    return summarize(concurrency, [x[0] for x in done], duration_s, split(before, after),
+                     offsets_s=[x[1] for x in done])
 
 
-def bench(target, requests: list[list[Tensor]], levels: Sequence[int], duration_s: float,
+def bench(target: Target, requests: list[list[Tensor]], levels: Sequence[int], duration_s: float,
           warmup_s: float = 0.5, on_level: Callable[[LevelResult], None] | None = None) -> list[LevelResult]:
     """Every concurrency level in order; one request first so a broken model fails fast and clearly."""
     probe = target.session(requests)

@@ -1,36 +1,69 @@
-"""tune's search: candidate batching settings, loading each through Triton's model-control API, and the
-choice. `grid`, `apply` and `choose` are pure; `tune` drives a target and always restores the model's
-original configuration (success, failure, Ctrl-C)."""
+"""tune's search over a model's serving settings: instance count, dynamic batching on/off, max queue delay,
+preferred batch sizes (and max_batch_size when allowed).
+
+The space is small and ordered along each axis, measurements are costly (a model reload and a load window
+each) and noisy, and the axes interact weakly. So the strategy is coordinate descent with early stopping:
+from the served setting, one axis at a time in order of expected effect (batching, instances,
+preferred sizes, delay, max batch size), step to the next value while that is better by more than the noise, stop
+at the first step that is not; repeat passes while a pass moved. A step that lies within noise of the
+incumbent but ahead of it is measured again, and taken if it stays ahead; a winner whose p99 is near the
+`--max-p99` bound is measured again before it is chosen. Everything stops at the budget (trials or time).
+
+`Space`, `Objective`, `Search` and `choose` are pure (a `measure` function is handed in: tests drive them
+with synthetic cost functions); `TuneRun` loads candidates into a target and always loads the original
+configuration again (success, failure, Ctrl-C: see `guard`)."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import math
 import signal
 import threading
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from types import FrameType
 
 from kubectl_triton.perf import PerfError
 from kubectl_triton.perf.inputs import Tensor
 from kubectl_triton.perf.loadgen import LevelResult, run_level
+from kubectl_triton.perf.target import Target
+
+DELAYS_US = (0, 100, 500, 1000, 2000)
+PREFERRED: tuple[tuple[int, ...], ...] = ((), (4,), (8,), (16,))
+MAX_BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128)
+NOISE_FLOOR = 0.03  # two windows within 3% are a tie whatever their own spread says
+NEAR_BOUND = 0.9  # a winner whose p99 is above 90% of the bound is measured again
 
 
 @dataclass(frozen=True)
 class Candidate:
-    """A setting: instances per group and dynamic batching ({preferred_batch_size, max_queue_delay_microseconds}
-    or None for no batching)."""
+    """A setting: instances per group, dynamic batching ({preferred_batch_size, max_queue_delay_microseconds}
+    or None for no batching) and max_batch_size (None: the model's own)."""
 
     instance_count: int
     dynamic_batching: dict | None
+    max_batch_size: int | None = None
 
     @property
     def key(self) -> tuple:
         db = self.dynamic_batching
         return (self.instance_count, None if db is None else
-                (tuple(db.get("preferred_batch_size") or ()), int(db.get("max_queue_delay_microseconds") or 0)))
+                (tuple(db.get("preferred_batch_size") or ()), int(db.get("max_queue_delay_microseconds") or 0)),
+                self.max_batch_size)
+
+    def __hash__(self) -> int:
+        return hash(self.key)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Candidate) and self.key == other.key
 
     def to_dict(self) -> dict:
-        return {"dynamic_batching": self.dynamic_batching, "instance_count": self.instance_count}
+        out: dict = {"dynamic_batching": self.dynamic_batching, "instance_count": self.instance_count}
+        if self.max_batch_size is not None:
+            out["max_batch_size"] = self.max_batch_size
+        return out
 
     def describe(self) -> str:
         db = self.dynamic_batching
@@ -40,15 +73,23 @@ class Candidate:
             pref = db.get("preferred_batch_size") or []
             batching = (f"dynamic batching, delay {db.get('max_queue_delay_microseconds', 0)} µs"
                         + (f", preferred {','.join(map(str, pref))}" if pref else ""))
-        return f"{self.instance_count} instance{'s' if self.instance_count != 1 else ''}, {batching}"
+        mbs = f", max batch {self.max_batch_size}" if self.max_batch_size is not None else ""
+        return f"{self.instance_count} instance{'s' if self.instance_count != 1 else ''}, {batching}{mbs}"
+
+
+def batching(delay_us: int, preferred: Sequence[int] = ()) -> dict:
+    return {"preferred_batch_size": [int(x) for x in preferred], "max_queue_delay_microseconds": int(delay_us)}
 
 
 @dataclass
 class Trial:
+    """One measurement (a candidate measured twice is two trials)."""
+
     candidate: Candidate
     result: LevelResult | None = None
     error: str | None = None
     baseline: bool = False
+    why: str = ""  # the search step that asked for it
 
 
 def current(config: dict) -> Candidate:
@@ -58,8 +99,8 @@ def current(config: dict) -> Candidate:
     db = config.get("dynamic_batching")
     if db is None:
         return Candidate(count, None)
-    return Candidate(count, {"preferred_batch_size": [int(x) for x in db.get("preferred_batch_size") or []],
-                             "max_queue_delay_microseconds": int(db.get("max_queue_delay_microseconds") or 0)})
+    return Candidate(count, batching(int(db.get("max_queue_delay_microseconds") or 0),
+                                     [int(x) for x in db.get("preferred_batch_size") or []]))
 
 
 def auto_preferred(config: dict, concurrency: int) -> list[int]:
@@ -71,32 +112,370 @@ def auto_preferred(config: dict, concurrency: int) -> list[int]:
     return [p] if limit >= 1 else []
 
 
+@dataclass(frozen=True)
+class Space:
+    """The settings tune may choose from. Every axis is ordered; `preferred` from no preference (the
+    largest batch the queue allows) to the smallest cap. Preferred sizes above the max batch size are left
+    out (no preference, if none fits); a model that cannot batch (max_batch_size 0) varies only its instance
+    count."""
+
+    instances: tuple[int, ...] = (1, 2, 3)
+    delays_us: tuple[int, ...] = DELAYS_US
+    preferred: tuple[tuple[int, ...], ...] = PREFERRED
+    max_batch_sizes: tuple[int | None, ...] = (None,)
+    can_batch: bool = True
+    model_max_batch_size: int = 0
+
+    @classmethod
+    def for_config(cls, config: dict, *, instances: Sequence[int] = (1, 2, 3),
+                   delays_us: Sequence[int] = DELAYS_US, preferred: Sequence[Sequence[int]] = PREFERRED,
+                   max_batch_sizes: Sequence[int] = ()) -> Space:
+        mbs = int(config.get("max_batch_size") or 0)
+        prefs = sorted({tuple(int(x) for x in p) for p in preferred}, key=lambda p: (p != (), -max(p or (0,))))
+        return cls(tuple(sorted(set(instances))), tuple(sorted(set(int(d) for d in delays_us))) or (0,),
+                   tuple(prefs) or ((),), tuple(sorted(set(max_batch_sizes))) or (None,), mbs > 0, mbs)
+
+    def limit(self, mbs: int | None) -> int:
+        return self.model_max_batch_size if mbs is None else mbs
+
+    def prefs_for(self, mbs: int | None) -> tuple[tuple[int, ...], ...]:
+        """The preferred sizes that fit the max batch size (none fitting: no preference)."""
+        return tuple(p for p in self.preferred if all(x <= self.limit(mbs) for x in p)) or ((),)
+
+    def all(self) -> list[Candidate]:
+        """Every setting (what an exhaustive sweep measures), in axis order."""
+        out = []
+        for m in self.max_batch_sizes:
+            for n in self.instances:
+                out.append(Candidate(n, None, m))
+                if self.can_batch and self.limit(m) > 0:
+                    out.extend(Candidate(n, batching(d, p), m) for d in self.delays_us for p in self.prefs_for(m))
+        return out
+
+    def __len__(self) -> int:
+        return len(self.all())
+
+    # -- axes: the ordered values of one coordinate, and a candidate with it changed --------------------
+    AXES = ("batching", "instances", "preferred", "delay", "max_batch_size")
+
+    def values(self, axis: str, cand: Candidate) -> list:
+        if axis == "instances":
+            return list(self.instances)
+        if axis == "max_batch_size":
+            return list(self.max_batch_sizes) if len(self.max_batch_sizes) > 1 else []
+        if not self.can_batch or self.limit(cand.max_batch_size) <= 0:
+            return []
+        if axis == "batching":
+            return [False, True]
+        if cand.dynamic_batching is None:
+            return []
+        if axis == "delay":
+            return list(self.delays_us)
+        return list(self.prefs_for(cand.max_batch_size))  # preferred
+
+    def value(self, axis: str, cand: Candidate) -> object:
+        db = cand.dynamic_batching
+        if axis == "instances":
+            return cand.instance_count
+        if axis == "max_batch_size":
+            return cand.max_batch_size
+        if axis == "batching":
+            return db is not None
+        if axis == "delay":
+            return int((db or {}).get("max_queue_delay_microseconds") or 0)
+        return tuple((db or {}).get("preferred_batch_size") or ())
+
+    def with_value(self, axis: str, cand: Candidate, value: object) -> Candidate:
+        db = cand.dynamic_batching
+        if axis == "instances":
+            return Candidate(int(value), db, cand.max_batch_size)  # type: ignore[call-overload]
+        if axis == "max_batch_size":
+            m = value  # preferred sizes the new max batch size cannot hold are dropped
+            keep = [x for x in (db or {}).get("preferred_batch_size") or [] if x <= self.limit(m)]  # type: ignore
+            return Candidate(cand.instance_count, None if db is None else batching(
+                db.get("max_queue_delay_microseconds") or 0, keep), m)  # type: ignore[arg-type]
+        if axis == "batching":
+            if not value:
+                return Candidate(cand.instance_count, None, cand.max_batch_size)
+            return Candidate(cand.instance_count, batching(self.delays_us[0]), cand.max_batch_size)
+        if axis == "delay":
+            return Candidate(cand.instance_count, batching(int(value), self.value("preferred", cand)),  # type: ignore
+                             cand.max_batch_size)
+        return Candidate(cand.instance_count, batching(self.value("delay", cand), value),  # type: ignore[arg-type]
+                         cand.max_batch_size)
+
+    def snap(self, axis: str, cand: Candidate) -> int | None:
+        """The index of the candidate's value on `axis` (nearest value for numbers); None off the axis."""
+        vals = self.values(axis, cand)
+        if not vals:
+            return None
+        v = self.value(axis, cand)
+        if v in vals:
+            return vals.index(v)
+        if isinstance(v, int) and not isinstance(v, bool) and all(isinstance(x, int) for x in vals):
+            return min(range(len(vals)), key=lambda i: abs(vals[i] - v))
+        return 0
+
+
+@dataclass(frozen=True)
+class Objective:
+    """`throughput` (max_p99_ms None) or `latency`: the best throughput whose p99 stays within the bound."""
+
+    max_p99_ms: float | None = None
+
+    @property
+    def name(self) -> str:
+        return "throughput" if self.max_p99_ms is None else "latency"
+
+    def met(self, p99_ms: float) -> bool:
+        return self.max_p99_ms is None or p99_ms <= self.max_p99_ms
+
+
+@dataclass
+class Figures:
+    """A candidate's measurements together: mean throughput, the worst p99 (so a bound holds in every
+    window), and the relative noise of the mean."""
+
+    results: list[LevelResult] = field(default_factory=list)
+    error: str | None = None
+
+    @property
+    def throughput(self) -> float:
+        return sum(r.throughput for r in self.results) / len(self.results) if self.results else 0.0
+
+    @property
+    def p99_ms(self) -> float:
+        return max((r.p99_ms for r in self.results), default=math.inf)
+
+    @property
+    def p50_ms(self) -> float:
+        return sum(r.p50_ms for r in self.results) / len(self.results) if self.results else math.inf
+
+    @property
+    def noise(self) -> float:
+        """Relative standard error of the mean throughput: the windows' own spread, and between windows
+        their disagreement, never below NOISE_FLOOR / 2."""
+        rs = self.results
+        own = [r.noise for r in rs if r.noise is not None]
+        se = math.sqrt(sum(x * x for x in own)) / len(rs) if own else 0.0
+        if len(rs) > 1 and self.throughput > 0:
+            mean = self.throughput
+            sd = math.sqrt(sum((r.throughput - mean) ** 2 for r in rs) / (len(rs) - 1))
+            se = max(se, sd / mean / math.sqrt(len(rs)))
+        return max(se, NOISE_FLOOR / 2)
+
+    def score(self, objective: Objective) -> tuple[int, float]:
+        """Larger is better: a failed candidate < one that misses the bound < one that meets it; within each,
+        more throughput is better (`compare` also ranks two that miss the bound by their p99)."""
+        if not self.results:
+            return (0, 0.0)
+        if objective.met(self.p99_ms):
+            return (2, self.throughput)
+        return (1, self.throughput)
+
+
+def compare(a: Figures, b: Figures, objective: Objective) -> int:
+    """+1 when `a` is better than `b` by more than noise, -1 when worse by more, 0 within noise."""
+    sa, sb = a.score(objective), b.score(objective)
+    if sa[0] != sb[0]:
+        return 1 if sa[0] > sb[0] else -1
+    if sa[0] == 0:
+        return 0
+    if sa[0] == 1:  # both miss the bound: the one closer to it (10% counts), else the faster
+        pa, pb = a.p99_ms, b.p99_ms
+        if abs(pa - pb) > 0.1 * max(pa, pb):
+            return 1 if pa < pb else -1
+    ta, tb = a.throughput, b.throughput
+    band = max(NOISE_FLOOR, 2 * math.sqrt(a.noise ** 2 + b.noise ** 2)) * max(ta, tb)
+    return 0 if abs(ta - tb) <= band else (1 if ta > tb else -1)
+
+
+class Budget:
+    """At most `max_trials` measurements, and none started when the time left is less than the mean
+    duration of one so far (`seconds`)."""
+
+    def __init__(self, max_trials: int | None = None, seconds: float | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.max_trials, self.seconds, self.clock = max_trials, seconds, clock
+        self.start = clock()
+        self.used = 0
+
+    def allows(self, reserve: int = 0) -> bool:
+        if self.max_trials is not None and self.used + reserve >= self.max_trials:
+            return False
+        if self.seconds is not None:
+            elapsed = self.clock() - self.start
+            mean = elapsed / self.used if self.used else 0.0
+            return elapsed + mean * (1 + reserve) <= self.seconds
+        return True
+
+
+Measure = Callable[[Candidate], LevelResult]
+
+
+class Search:
+    """Coordinate descent over a `Space` (see the module's docstring). `measure` raises PerfError for a
+    candidate that cannot be loaded or measured; it is recorded and never chosen."""
+
+    def __init__(self, space: Space, objective: Objective, measure: Measure, budget: Budget,
+                 on_trial: Callable[[Trial], None] | None = None) -> None:
+        self.space, self.objective, self.measure, self.budget = space, objective, measure, budget
+        self.on_trial = on_trial
+        self.trials: list[Trial] = []
+        self.figures: dict[Candidate, Figures] = {}
+
+    def _run(self, cand: Candidate, why: str, baseline: bool = False) -> Figures:
+        trial = Trial(cand, baseline=baseline, why=why)
+        self.budget.used += 1
+        fig = self.figures.setdefault(cand, Figures())
+        try:
+            trial.result = self.measure(cand)
+            fig.results.append(trial.result)
+        except PerfError as err:
+            trial.error = fig.error = err.message
+        self.trials.append(trial)
+        if self.on_trial:
+            self.on_trial(trial)
+        return fig
+
+    def _reserve(self) -> int:
+        return 1 if self.objective.max_p99_ms is not None else 0  # keep one trial to confirm a near-bound winner
+
+    def get(self, cand: Candidate, why: str) -> Figures | None:
+        """The candidate's figures, measuring it first if it never was; None when the budget is spent."""
+        if cand in self.figures:
+            return self.figures[cand]
+        if not self.budget.allows(self._reserve()):
+            return None
+        return self._run(cand, why)
+
+    def better(self, challenger: Candidate, incumbent: Candidate) -> bool | None:
+        """Whether to move from the incumbent to the challenger: it is better beyond noise, or within noise but
+        still ahead after it was measured again (a tie does not stop a walk that is going up). None when the
+        budget ran out before the challenger was measured."""
+        fc = self.get(challenger, "step")
+        if fc is None:
+            return None
+        fi = self.figures[incumbent]
+        verdict = compare(fc, fi, self.objective)
+        if verdict != 0 or not fc.results or fc.score(self.objective) <= fi.score(self.objective):
+            return verdict > 0
+        if len(fc.results) <= len(fi.results):
+            if not self.budget.allows(self._reserve()):
+                return False
+            self._run(challenger, "within noise: measured again")
+            verdict = compare(fc, fi, self.objective)
+            if verdict != 0:
+                return verdict > 0
+        return fc.score(self.objective) > fi.score(self.objective)
+
+    def line(self, axis: str, cur: Candidate) -> tuple[Candidate, bool]:
+        """Move `cur` along `axis` while each step is better: upwards first, downwards when the first step up
+        is not. While `cur` misses the p99 bound, a step that is not better does not end the walk (the axis is
+        walked to its end: a later value may meet the bound). Returns the new position and whether the budget
+        ran out."""
+        vals = self.space.values(axis, cur)
+        i = self.space.snap(axis, cur)
+        if i is None or len(vals) < 2:
+            return cur, False
+        for direction in (1, -1):
+            moved = False
+            j = i + direction
+            while 0 <= j < len(vals):
+                cand = self.space.with_value(axis, cur, vals[j])
+                if cand == cur or self._pointless(axis, cur, vals[j]):
+                    j += direction
+                    continue
+                verdict = self.better(cand, cur)
+                if verdict is None:
+                    return cur, True
+                if verdict:
+                    cur, moved, i = cand, True, j
+                elif self.figures[cur].score(self.objective)[0] == 2:
+                    break
+                j += direction
+            if moved:
+                break
+        return cur, False
+
+    def _pointless(self, axis: str, cur: Candidate, value: object) -> bool:
+        """A preferred batch size at or above the batches the incumbent already forms caps nothing (it can
+        only make the batcher wait for more): skipped, going by Triton's own count of inferences per
+        execution."""
+        if axis != "preferred" or not value:
+            return False
+        results = self.figures[cur].results
+        formed = results[-1].batch if results else None
+        return formed is not None and max(value) >= math.ceil(formed)  # type: ignore[call-overload]
+
+    def run(self, start: Candidate) -> list[Trial]:
+        """Measure `start` (the served setting) and descend from it until a pass moves nothing or the budget
+        is spent."""
+        self._run(start, "served setting", baseline=True)
+        if not self.figures[start].results:
+            return self.trials  # the served setting itself fails: nothing to compare against
+        cur = start
+        while True:
+            before = cur
+            for axis in self.space.AXES:
+                cur, spent = self.line(axis, cur)
+                if spent:
+                    self.confirm()
+                    return self.trials
+            if cur == before:
+                break
+        self.confirm()
+        return self.trials
+
+    def confirm(self) -> None:
+        """Measure the winner again when its p99 is near the bound (one window may have been lucky); repeat
+        with the next winner if it no longer meets it, as long as the budget lasts."""
+        bound = self.objective.max_p99_ms
+        if bound is None:
+            return
+        checked: set[Candidate] = set()
+        while self.budget.allows():
+            best = self.best()
+            if best is None or best in checked:
+                return
+            fig = self.figures[best]
+            if fig.p99_ms <= NEAR_BOUND * bound or len(fig.results) > 1:
+                return
+            checked.add(best)
+            self._run(best, "near the p99 bound: measured again")
+
+    def best(self) -> Candidate | None:
+        return choose(self.figures, self.objective, required=False)
+
+
+def choose(figures: dict[Candidate, Figures], objective: Objective, *, required: bool = True) -> Candidate | None:
+    """The measured candidate with the best throughput among those whose p99 meets the bound (ties: lower p99).
+    Raises PerfError when none does and `required`."""
+    ok = [(c, f) for c, f in figures.items() if f.results and objective.met(f.p99_ms)]
+    if ok:
+        return max(ok, key=lambda cf: (cf[1].throughput, -cf[1].p99_ms))[0]
+    if not required:
+        return None
+    measured = [(c, f) for c, f in figures.items() if f.results]
+    if not measured:
+        raise PerfError("no candidate could be measured: " + "; ".join(
+            f"{c.describe()}: {f.error}" for c, f in figures.items() if f.error)[:400])
+    low_c, low_f = min(measured, key=lambda cf: cf[1].p99_ms)
+    raise PerfError(f"no setting kept p99 within {objective.max_p99_ms:g} ms (lowest: {low_f.p99_ms:.1f} ms with "
+                    f"{low_c.describe()})", hint="raise --max-p99 or lower --concurrency")
+
+
 def grid(config: dict, concurrency: int, instances: Sequence[int], delays_us: Sequence[int],
-         preferred: Sequence[list[int] | None]) -> list[Candidate]:
-    """Candidates: for each instance count, no batching and dynamic batching at each delay and preferred
-    sizes (None in `preferred` means the automatic choice). A model with max_batch_size 0 cannot batch:
-    only instance counts vary. The served setting itself is left out (it is the baseline)."""
-    can_batch = int(config.get("max_batch_size") or 0) > 0
-    settings: list[dict | None] = [None]
-    if can_batch:
-        for pref in preferred:
-            sizes = auto_preferred(config, concurrency) if pref is None else list(pref)
-            for d in delays_us:
-                settings.append({"preferred_batch_size": sizes, "max_queue_delay_microseconds": int(d)})
-    base = current(config).key
-    out, seen = [], {base}
-    for n in instances:
-        for db in settings:
-            cand = Candidate(int(n), db)
-            if cand.key not in seen:
-                seen.add(cand.key)
-                out.append(cand)
-    return out
+         preferred: Sequence[list[int] | None], max_batch_sizes: Sequence[int] = ()) -> Space:
+    """The space of explicit option lists (None in `preferred`: the automatic size for the concurrency)."""
+    prefs = [tuple(auto_preferred(config, concurrency) if p is None else p) for p in preferred]
+    return Space.for_config(config, instances=instances, delays_us=delays_us, preferred=prefs,
+                            max_batch_sizes=max_batch_sizes)
 
 
 def apply(config: dict, cand: Candidate) -> dict:
-    """The served config with the candidate's setting: every instance group's count, and dynamic_batching
-    (its other fields, e.g. priorities and queue policy, kept) set or removed."""
+    """The served config with the candidate's setting: every instance group's count, dynamic_batching
+    (its other fields, e.g. priorities and queue policy, kept) set or removed, max_batch_size if given."""
     out = copy.deepcopy(config)
     groups = out.get("instance_group") or []
     for g in groups:
@@ -109,69 +488,131 @@ def apply(config: dict, cand: Candidate) -> dict:
         db = dict(out.get("dynamic_batching") or {})
         db.update(cand.dynamic_batching)
         out["dynamic_batching"] = db
+    if cand.max_batch_size is not None:
+        out["max_batch_size"] = cand.max_batch_size
     return out
 
 
-def choose(trials: Sequence[Trial], budget_ms: float | None) -> Trial:
-    """The measured trial with the best throughput whose p99 is within the budget (ties: lower p99)."""
-    ok = [t for t in trials if t.result is not None and (budget_ms is None or t.result.p99_ms <= budget_ms)]
-    if not ok:
-        measured = [t for t in trials if t.result is not None]
-        if not measured:
-            raise PerfError("no candidate could be measured: " + "; ".join(
-                f"{t.candidate.describe()}: {t.error}" for t in trials if t.error)[:400])
-        low = min(measured, key=lambda t: t.result.p99_ms)  # type: ignore[union-attr]
-        raise PerfError(f"no setting kept p99 within {budget_ms:g} ms (lowest: {low.result.p99_ms:.1f} ms with "
-                        f"{low.candidate.describe()})", hint="raise --latency-budget-ms or lower --concurrency")
-    return max(ok, key=lambda t: (t.result.throughput, -t.result.p99_ms))  # type: ignore[union-attr]
+# -- driving a served model ------------------------------------------------------------------------------
+
+class Guard:
+    """Ctrl-C handling for a run that changes what a server serves. While `shielded` (the default inside
+    `guard()`), SIGINT is held back; inside `interruptible()` it raises KeyboardInterrupt at once. A held-back
+    SIGINT is raised when the next interruptible block begins, or when the guard ends. So a reload and the
+    final restore always complete, and the process still ends as interrupted."""
+
+    def __init__(self) -> None:
+        self.pending = False
+        self.open = False
+
+    def _handler(self, signum: int, frame: FrameType | None) -> None:
+        if self.open:
+            raise KeyboardInterrupt
+        self.pending = True
+
+    @contextlib.contextmanager
+    def interruptible(self) -> Iterator[None]:
+        if self.pending:
+            self.pending = False
+            raise KeyboardInterrupt
+        self.open = True
+        try:
+            yield
+        finally:
+            self.open = False
 
 
-def restore(target, original: dict) -> None:
-    """Load the original configuration again; a second Ctrl-C cannot interrupt it."""
-    main = threading.current_thread() is threading.main_thread()
-    old = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
+@contextlib.contextmanager
+def guard() -> Iterator[Guard]:
+    """Install a `Guard` as the SIGINT handler (main thread only; elsewhere signals cannot arrive)."""
+    g = Guard()
+    if threading.current_thread() is not threading.main_thread():
+        g.open = True
+        yield g
+        return
+    old = signal.signal(signal.SIGINT, g._handler)
     try:
-        target.load(original)
-    except PerfError as err:
-        raise PerfError(f"could not restore the original configuration of {target.model}: {err.message}",
-                        hint=f"reload it: curl -X POST {getattr(target, 'url', '')}/v2/repository/models/"
-                             f"{target.model}/load") from None
+        yield g
     finally:
-        if main:
-            signal.signal(signal.SIGINT, old)
+        signal.signal(signal.SIGINT, old)
+    if g.pending:
+        raise KeyboardInterrupt
 
 
-def tune(target, requests: list[list[Tensor]], concurrency: int, duration_s: float, candidates: Sequence[Candidate],
-         *, warmup_s: float = 0.5, original: dict | None = None,
-         on_trial: Callable[[Trial], None] | None = None) -> list[Trial]:
-    """Measure the served setting (baseline, first trial) and every candidate at `concurrency`. A candidate
-    Triton refuses to load is recorded with its error. The original config is loaded again at the end."""
-    original = original if original is not None else target.config()
-    trials = [Trial(current(original), baseline=True)]
-    trials[0].result = run_level(target, requests, concurrency, duration_s, warmup_s)
-    if on_trial:
-        on_trial(trials[0])
-    changed = False
-    try:
-        for cand in candidates:
-            trial = Trial(cand)
-            trials.append(trial)
+class TuneRun:
+    """Loads candidates into `target` and measures them at one concurrency; `restore()` loads the original
+    configuration again. Use inside `guard()`: loads are shielded from Ctrl-C, measurements are not."""
+
+    def __init__(self, target: Target, requests: list[list[Tensor]], concurrency: int, duration_s: float,
+                 warmup_s: float, original: dict, guard: Guard) -> None:
+        self.target, self.requests, self.concurrency = target, requests, concurrency
+        self.duration_s, self.warmup_s, self.original, self.guard = duration_s, warmup_s, original, guard
+        self.baseline = current(original)
+        self.loaded: Candidate | None = self.baseline
+        self.changed = False
+
+    def measure(self, cand: Candidate) -> LevelResult:
+        if cand != self.loaded:
+            changed, self.loaded = self.changed, None
+            self.changed = True  # before the load: an interrupted load may have changed it
             try:
-                target.load(apply(original, cand))
+                self.target.load(apply(self.original, cand))
             except PerfError as err:
                 if "not allowed" in err.message:  # model control is off: nothing was changed
+                    self.changed, self.loaded = changed, self.baseline if not changed else None
                     raise PerfError(f"{err.message} (Triton's model control is not explicit)",
                                     hint="start tritonserver with --model-control-mode=explicit") from None
-                trial.error = err.message
-            changed = True
-            if trial.error is None:
-                try:
-                    trial.result = run_level(target, requests, concurrency, duration_s, warmup_s)
-                except PerfError as err:
-                    trial.error = err.message
-            if on_trial:
-                on_trial(trial)
-    finally:
-        if changed:
-            restore(target, original)
-    return trials
+                raise
+            self.loaded = cand
+        with self.guard.interruptible():
+            return run_level(self.target, self.requests, self.concurrency, self.duration_s, self.warmup_s)
+
+    def restore(self) -> None:
+        """Load the original configuration again (if anything was changed)."""
+        if not self.changed:
+            return
+        try:
+            self.target.load(self.original)
+        except PerfError as err:
+            raise PerfError(f"could not restore the original configuration of {self.target.model}: {err.message}",
+                            hint=f"reload it: curl -X POST {self.target.url}/v2/repository/models/"
+                                 f"{self.target.model}/load") from None
+        self.changed, self.loaded = False, self.baseline
+
+
+class Fatal(Exception):
+    """Wraps a PerfError that must end the search (model control refused), not just fail one candidate."""
+
+
+def tune(target: Target, requests: list[list[Tensor]], concurrency: int, duration_s: float, space: Space,
+         objective: Objective, budget: Budget, *, warmup_s: float = 0.5, original: dict | None = None,
+         exhaustive: bool = False, on_trial: Callable[[Trial], None] | None = None) -> Search:
+    """Search (or, `exhaustive`, measure every setting of) `space` on a served model, starting from its served
+    setting, and load its original configuration again at the end, also after a failure or Ctrl-C (a Ctrl-C
+    during a reload or the restore takes effect once it is done)."""
+    with guard() as g:
+        original = original if original is not None else target.config()
+        run = TuneRun(target, requests, concurrency, duration_s, warmup_s, original, g)
+
+        def measure(cand: Candidate) -> LevelResult:
+            try:
+                return run.measure(cand)
+            except PerfError as err:
+                if "model control is not explicit" in err.message:
+                    raise Fatal(err) from None
+                raise
+
+        search = Search(space, objective, measure, budget, on_trial)
+        try:
+            if exhaustive:
+                search._run(run.baseline, "served setting", baseline=True)
+                for cand in space.all():
+                    if cand not in search.figures and budget.allows():
+                        search._run(cand, "exhaustive")
+            else:
+                search.run(run.baseline)
+        except Fatal as err:
+            raise err.args[0] from None
+        finally:
+            run.restore()
+    return search

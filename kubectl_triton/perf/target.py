@@ -6,12 +6,13 @@ each request's bytes once, so a worker's loop costs one send and one receive."""
 
 from __future__ import annotations
 
+import http.client
 import json
 from dataclasses import dataclass
 from typing import Any, Protocol
 from urllib.parse import quote, urlsplit
 
-from kubectl_triton.errors import InputError
+from kubectl_triton.errors import InputError, ToolMissing
 from kubectl_triton.perf import PerfError
 from kubectl_triton.perf.inputs import Tensor
 
@@ -19,7 +20,23 @@ TIMEOUT_S = 60.0
 
 
 class Session(Protocol):
+    """One worker's connection: `infer` sends prepared request `variant`; `close` may be called twice."""
+
     def infer(self, variant: int) -> None: ...
+    def close(self) -> None: ...
+
+
+class Target(Protocol):
+    """A served model: what bench and tune need of `HttpTarget` / `GrpcTarget`."""
+
+    model: str
+    url: str
+    timeout: float
+
+    def config(self) -> dict: ...
+    def stats(self) -> dict | None: ...
+    def load(self, config: dict | None) -> None: ...
+    def session(self, requests: list[list[Tensor]]) -> Session: ...
     def close(self) -> None: ...
 
 
@@ -87,8 +104,6 @@ class HttpTarget:
         self._mpath = f"/v2/models/{quote(model, safe='')}"
 
     def _request(self, method: str, path: str, body: Any = None, timeout: float | None = None) -> tuple[int, Any]:
-        import http.client
-
         conn = http.client.HTTPConnection(self.host, self.port, timeout=timeout or self.timeout)
         try:
             data = None if body is None else json.dumps(body).encode()
@@ -132,6 +147,9 @@ class HttpTarget:
     def session(self, requests: list[list[Tensor]]) -> HttpSession:
         return HttpSession(self, requests)
 
+    def close(self) -> None:
+        """Nothing to close: each request and session opens its own connection."""
+
 
 class HttpSession:
     """One keep-alive connection and the prepared request bodies."""
@@ -149,8 +167,6 @@ class HttpSession:
         self.conn: Any = None
 
     def infer(self, variant: int) -> None:
-        import http.client
-
         body, hlen = self.bodies[variant % len(self.bodies)]
         for attempt in (1, 2):
             if self.conn is None:
@@ -185,8 +201,13 @@ class GrpcTarget:
     protocol = "grpc"
 
     def __init__(self, url: str, model: str, timeout: float = TIMEOUT_S) -> None:
-        import grpc
-        from tritonclient.grpc import service_pb2, service_pb2_grpc
+        try:
+            import grpc
+            from tritonclient.grpc import service_pb2, service_pb2_grpc
+        except (ImportError, RuntimeError) as err:  # tritonclient raises RuntimeError when its grpc extra is missing
+            cause = err.__cause__ or err
+            raise ToolMissing(f"the gRPC client cannot be loaded: {type(cause).__name__}: {cause}",
+                              hint="pip install 'tritonclient[grpc]', or use --protocol http") from None
 
         self.url = url.split("://", 1)[-1].rstrip("/")
         self.model, self.timeout = model, timeout
@@ -231,6 +252,10 @@ class GrpcTarget:
 
     def session(self, requests: list[list[Tensor]]) -> GrpcSession:
         return GrpcSession(self, requests)
+
+    def close(self) -> None:
+        """Close the shared channel (before a port-forward under it closes)."""
+        self.channel.close()
 
 
 class GrpcSession:

@@ -14,6 +14,7 @@ from kubectl_triton.errors import TritonCtlError
 from kubectl_triton.formats import pbtxt, yamlio
 from kubectl_triton.formats.schemas import object_id
 from kubectl_triton.gitops.labels import INSTANCE_LABEL as INSTANCE
+from kubectl_triton.gitops.model import Repository
 
 BUILD_MISSING = register("EngineBuildMissing", "warning", "repository",
                          "a TensorRT-LLM model is served on a GPU type that no engine-build overlay targets",
@@ -76,7 +77,7 @@ def check_objects(builds: list[tuple[str, dict]], serving: list[tuple[str, dict]
 def check_engine_dirs(root: Path) -> list[Finding]:
     """model.yaml's engine.engine_dir must be the path the tensorrt_llm config serves the engine from."""
     out = []
-    for meta_file in sorted((root / "models").glob("*/model.yaml")):
+    for meta_file in sorted((root / Repository.at(root).layout.models).glob("*/model.yaml")):
         try:
             docs = yamlio.load_all(meta_file)
         except TritonCtlError:

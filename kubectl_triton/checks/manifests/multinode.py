@@ -19,6 +19,7 @@ from kubectl_triton.formats.schemas import object_id
 from kubectl_triton.gitops import repo
 from kubectl_triton.gitops.labels import INSTANCE_LABEL as INSTANCE
 from kubectl_triton.gitops.labels import PRODUCT_LABEL as PRODUCT
+from kubectl_triton.gitops.model import Repository
 
 LWS_KIND, LWS_GROUP = "LeaderWorkerSet", "leaderworkerset.x-k8s.io"
 LWS_CHART = "lws"
@@ -147,7 +148,8 @@ def _shm_problem(template: dict, gpus: int) -> str | None:
 
 def _engine_world(root: Path, model: str, gpu: GPU | None) -> tuple[int | None, int | None, str]:
     """(tp x pp from model.yaml, recorded engine's world size, where) of the model a group serves."""
-    directory = root / "models" / model
+    rel = Repository.at(root).layout.model_dir(model)
+    directory = root / rel
     if not directory.is_dir():
         return None, None, ""
     try:
@@ -160,7 +162,7 @@ def _engine_world(root: Path, model: str, gpu: GPU | None) -> tuple[int | None, 
     recorded = info.engines.get(gpu.key) if gpu is not None else None
     if recorded is None and len(info.engines) == 1:
         recorded = next(iter(info.engines.values()))
-    return declared, recorded.world_size if recorded else None, f"models/{model}"
+    return declared, recorded.world_size if recorded else None, rel
 
 
 def check_groups(root: Path, targets: Iterable[Any]) -> list[Finding]:

@@ -23,6 +23,7 @@ from kubectl_triton.formats.schemas import object_id
 from kubectl_triton.gitops import assembly, repo
 from kubectl_triton.gitops.labels import ANN_CANARY_VERSION, ANN_STABLE_VERSION, ANN_TRITON_MODEL
 from kubectl_triton.gitops.model import CANARY_SUFFIX as SUFFIX
+from kubectl_triton.gitops.model import Repository
 
 _DECLARED: tuple[tuple[str, Severity, str, str], ...] = (
     ("RouteBackendMissing", "error", "an HTTPRoute backend names a Service (or port) the cluster does not render",
@@ -60,7 +61,8 @@ def _deployed(root: Path, target: Any, targets: list[Any], by_path: dict, flux: 
     """Targets applied next to `target` (same cluster folders), and whether `target` is registered."""
     clusters = {ks.file.parent for ks in flux if (root / ks.path).resolve() == target.path}
     if not clusters:
-        return [t for t in targets if t.rel.startswith("overlays/")], False
+        overlays = Repository.at(root).layout.overlays + "/"
+        return [t for t in targets if t.rel.startswith(overlays)], False
     paths = {(root / ks.path).resolve() for ks in flux if any(c in ks.file.parents or c == ks.file.parent
                                                              for c in clusters)}
     return [by_path[p] for p in paths if p in by_path], True

@@ -24,6 +24,7 @@ from kubectl_triton.errors import TritonCtlError
 from kubectl_triton.formats.schemas import object_id
 from kubectl_triton.formats.yamlio import load_all
 from kubectl_triton.gitops.labels import EXEMPT_ANNOTATION
+from kubectl_triton.gitops.model import Repository
 
 MIN_REASON_CHARS = 10
 MONITORING_NAMESPACE = "monitoring"
@@ -414,7 +415,8 @@ def check_credentials(source: str, obj: dict) -> list[Finding]:
 def check_model_metadata(root: Path) -> list[Finding]:
     """Literal credentials in models/*/model.yaml (a Secret's name is fine; its values are not)."""
     out: list[Finding] = []
-    for path in sorted((root / "models").glob("*/model.yaml")) if (root / "models").is_dir() else []:
+    models = root / Repository.at(root).layout.models
+    for path in sorted(models.glob("*/model.yaml")) if models.is_dir() else []:
         rel = path.relative_to(root).as_posix()
         try:
             docs = load_all(path)

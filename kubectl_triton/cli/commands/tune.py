@@ -1,49 +1,82 @@
-"""`kubectl triton tune`: bench a small search of dynamic_batching settings and instance counts, loaded one
-by one through Triton's model-control API on a server the user points at, and recommend (or --write into
-the model's config.pbtxt) the best throughput within a latency budget. The search is in
-`kubectl_triton.perf.search`; the original configuration is always loaded again at the end."""
+"""`kubectl triton tune`: search a served model's instance count and dynamic batching (and max_batch_size when
+allowed) for the best throughput, or the best throughput within a p99 bound, loading each candidate through
+Triton's model-control API on a server the user points at; recommend (or --write into the model's
+config.pbtxt) the winner. The search is `kubectl_triton.perf.search`; the original configuration is always
+loaded again at the end."""
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
 import click
 
-from kubectl_triton.cli.commands.bench import _fmt, load_requests, table, target_options
+from kubectl_triton.cli.options import (
+    DURATION,
+    MEASURE_FORMATS,
+    Duration,
+    IntList,
+    cell,
+    cluster_args,
+    load_options,
+    output_format,
+    target_options,
+    warmup_for,
+)
 from kubectl_triton.errors import InputError
+from kubectl_triton.output.document import dumps
+from kubectl_triton.output.table import table
+from kubectl_triton.perf import PerfError
 
-COLUMNS = ("INSTANCES", "BATCHING", "PREFERRED", "DELAY_US", "THROUGHPUT/S", "P99_MS", "BATCH", "NOTE")
+COLUMNS = ("#", "INSTANCES", "BATCHING", "PREFERRED", "DELAY_US", "THROUGHPUT/S", "P50_MS", "P99_MS", "BATCH",
+           "NOTE")
+BUDGET_SHARE = 0.15  # the default budget: 15% of the space's size, in measurements
 
 
-def _row(trial, best) -> list[str]:
+def _row(i: int, trial, best, bound: float | None) -> list[str]:
     c, r = trial.candidate, trial.result
     db = c.dynamic_batching
-    note = "baseline" if trial.baseline else ""
+    notes = ["baseline"] if trial.baseline else []
+    if trial.why.startswith(("within noise", "near the")):
+        notes.append("again")
+    if r is not None and bound is not None and r.p99_ms > bound:
+        notes.append("p99 over bound")
     if trial is best:
-        note = (note + ", best").lstrip(", ")
+        notes.append("best")
+    note = ", ".join(notes)
     if trial.error:
         note = f"failed: {trial.error}"[:70]
-    return [str(c.instance_count), "off" if db is None else "dynamic",
-            "-" if db is None else (",".join(map(str, db.get("preferred_batch_size") or [])) or "-"),
+    pref = "-" if db is None else (",".join(map(str, db.get("preferred_batch_size") or [])) or "-")
+    batching = "off" if db is None else "dynamic"
+    if c.max_batch_size is not None:
+        batching += f" (max {c.max_batch_size})"
+    return [str(i), str(c.instance_count), batching, pref,
             "-" if db is None else str(db.get("max_queue_delay_microseconds", 0)),
-            _fmt(r.throughput if r else None), _fmt(r.p99_ms if r else None), _fmt(r.batch if r else None), note]
+            cell(r.throughput if r else None), cell(r.p50_ms if r else None), cell(r.p99_ms if r else None),
+            cell(r.batch if r else None), note]
 
 
-def summary(model: str, concurrency: int, trials: list, best, budget_ms: float | None,
-            written: str | None) -> dict:
-    """The JSON document (documented in docs/bench-tune.md)."""
-    base = trials[0]
+def _figures(fig) -> dict:
+    return {"throughput": round(fig.throughput, 1), "p50_ms": round(fig.p50_ms, 3), "p99_ms": round(fig.p99_ms, 3),
+            "measurements": len(fig.results)}
+
+
+def summary(model: str, concurrency: int, search, best, written: str | None) -> dict:
+    """The JSON document (documented in docs/bench-tune.md); `best` None when nothing met the bound."""
+    base = search.trials[0]
+    bound = search.objective.max_p99_ms
+    base_fig = search.figures[base.candidate]
+    best_fig = search.figures[best] if best is not None else None
     return {
-        "model": model, "concurrency": concurrency, "latency_budget_ms": budget_ms,
-        "baseline": {"config": base.candidate.to_dict(), "throughput": round(base.result.throughput, 1),
-                     "p99_ms": round(base.result.p99_ms, 3)},
-        "best": {"config": best.candidate.to_dict(), "throughput": round(best.result.throughput, 1),
-                 "p99_ms": round(best.result.p99_ms, 3)},
-        "gain": round(best.result.throughput / base.result.throughput, 3) if base.result.throughput else None,
-        "candidates": [{"config": t.candidate.to_dict(), "baseline": t.baseline,
-                        **(t.result.to_dict() if t.result else {}), "error": t.error} for t in trials],
+        "model": model, "concurrency": concurrency, "objective": search.objective.name, "max_p99_ms": bound,
+        "space": len(search.space), "measurements": len(search.trials),
+        "baseline": {"config": base.candidate.to_dict(), **(_figures(base_fig) if base_fig.results else {})},
+        "best": None if best is None else {"config": best.to_dict(), **_figures(best_fig)},
+        "gain": round(best_fig.throughput / base_fig.throughput, 3) if best_fig and base_fig.throughput else None,
+        "trials": [{"config": t.candidate.to_dict(), "baseline": t.baseline, "step": t.why,
+                    **(t.result.to_dict() if t.result else {}),
+                    "met_bound": None if t.result is None else search.objective.met(t.result.p99_ms),
+                    "error": t.error} for t in search.trials],
         "written": written,
     }
 
@@ -51,26 +84,38 @@ def summary(model: str, concurrency: int, trials: list, best, budget_ms: float |
 def write_config(model: str, repo_root: str | None, repo_model: str | None, best) -> Path | None:
     """Put the best setting into models/<repo-model>/<model>/config.pbtxt; None when nothing changed."""
     from kubectl_triton.formats import pbtxt
-    from kubectl_triton.gitops import repo
+    from kubectl_triton.gitops.model import Repository
     from kubectl_triton.perf import configedit
 
-    root = Path(repo_root).resolve() if repo_root else repo.find_root()
-    found = sorted(root.glob(f"models/*/{model}/config.pbtxt"))
-    if repo_model:
-        found = [p for p in found if p.parent.parent.name == repo_model]
-    if not found:
-        raise InputError(f"{root}: no models/{repo_model or '*'}/{model}/config.pbtxt to write",
+    repository = Repository.at(Path(repo_root)) if repo_root else Repository.find()
+    root, models = repository.root, repository.layout.models
+    owners = [m for m in repository.owners_of(model) if not repo_model or m.name == repo_model]
+    if not owners:
+        raise InputError(f"{root}: no {models}/{repo_model or '*'}/{model}/config.pbtxt to write",
                          hint="pass --repo PATH (the GitOps repository) or --repo-model")
-    if len(found) > 1:
-        raise InputError(f"{model} is in several models/ folders: "
-                         f"{', '.join(p.parent.parent.name for p in found)}", hint="pass --repo-model NAME")
-    path = found[0]
+    if len(owners) > 1:
+        raise InputError(f"{model} is in several {models}/ folders: {', '.join(m.name for m in owners)}",
+                         hint="pass --repo-model NAME")
+    path = owners[0].config_file(model)
     text = path.read_text(encoding="utf-8")
-    new = configedit.edit(text, str(path), best.candidate.instance_count, best.candidate.dynamic_batching)
+    new = configedit.edit(text, str(path), best.instance_count, best.dynamic_batching,
+                          max_batch_size=best.max_batch_size)
     if new == text:
         return None
     pbtxt.write_atomic(path, new)
     return path
+
+
+def _preferred(values: tuple[str, ...]) -> list[list[int] | None]:
+    out: list[list[int] | None] = []
+    for p in values:
+        if p == "auto":
+            out.append(None)
+        elif p == "none":
+            out.append([])
+        else:
+            out.append(IntList(maximum=1 << 20).convert(p, None, None))
+    return out
 
 
 @click.command("tune")
@@ -78,96 +123,128 @@ def write_config(model: str, repo_root: str | None, repo_model: str | None, best
 @target_options
 @click.option("--allow-production", is_flag=True,
               help="Allow tuning on a pod of the model's Deployment (-n): its model is reloaded per candidate.")
-@click.option("--latency-budget-ms", type=float, default=None, help="Only settings whose p99 stays within this.")
+@click.option("--objective", type=click.Choice(["throughput", "latency"]), default=None,
+              help="throughput (default), or latency: the best throughput whose p99 stays within --max-p99.")
+@click.option("--max-p99", type=Duration(unit_required=True), default=None,
+              help="The p99 bound of --objective latency, e.g. 50ms.")
+@click.option("--budget", type=DURATION, default=None,
+              help="Stop measuring new candidates after this long, e.g. 10m.")
+@click.option("--max-trials", type=click.IntRange(1, 10_000), default=None,
+              help="At most this many measurements (the baseline and re-measurements count). Default: 15%% of "
+                   "the space (at least 5), unless --budget is given.")
+@click.option("--exhaustive", is_flag=True, help="Measure every setting of the space instead of searching it.")
 @click.option("--concurrency", type=click.IntRange(1, 4096), default=16, show_default=True,
               help="Concurrency every candidate is measured at.")
-@click.option("--duration", default="10s", show_default=True, help="Measurement window per candidate.")
-@click.option("--warmup", default=None, help="Unmeasured load first (default: 20% of --duration, at most 2s).")
-@click.option("--instances", default="1,2", show_default=True, help="Instance counts (per instance group).")
-@click.option("--max-queue-delay-us", "delays", default="0,500,2000", show_default=True,
-              help="max_queue_delay_microseconds values.")
-@click.option("--preferred-batch-sizes", "preferred", multiple=True, default=("none", "auto"), show_default=True,
-              help="Preferred batch size sets to try: none, auto (largest power of 2 <= min(max batch, "
-                   "concurrency)) or a list like 8,16. Repeatable.")
+@load_options("10s")
+@click.option("--max-instances", type=click.IntRange(1, 64), default=3, show_default=True,
+              help="Instance counts 1..N are searched.")
+@click.option("--instances", type=IntList(maximum=64), default=None,
+              help="Instance counts to search instead (per instance group), e.g. 1,2.")
+@click.option("--max-queue-delay-us", "delays", type=IntList(minimum=0, maximum=10_000_000),
+              default="0,100,500,1000,2000", show_default=True, help="max_queue_delay_microseconds values.")
+@click.option("--preferred-batch-sizes", "preferred", multiple=True, default=("none", "4", "8", "16"),
+              show_default=True,
+              help="Preferred batch size sets: none, auto (largest power of 2 <= min(max batch, concurrency)) or "
+                   "a list like 8,16. Repeatable.")
+@click.option("--allow-max-batch-size", is_flag=True,
+              help="Also search max_batch_size (it changes what clients may send: the model's contract).")
+@click.option("--max-batch-sizes", "max_batch_sizes", type=IntList(maximum=1 << 20), default="8,16,32,64,128",
+              show_default=True, help="max_batch_size values with --allow-max-batch-size.")
 @click.option("--write", is_flag=True, help="Write the best setting into models/*/MODEL/config.pbtxt.")
 @click.option("--repo", "repo_root", type=click.Path(file_okay=False), default=None,
               help="The GitOps repository for --write (default: the one around the current directory).")
 @click.option("--repo-model", default=None, help="The models/<NAME>/ folder holding MODEL, when several do.")
 @click.pass_context
-def command(ctx: click.Context, model: str, url: str | None, namespace: str | None, pod: str | None,
-            kubeconfig: str | None, kube_context: str | None, protocol: str, input_data: str | None,
-            output_format: str | None, allow_production: bool, latency_budget_ms: float | None,
-            concurrency: int, duration: str, warmup: str | None, instances: str, delays: str,
-            preferred: tuple[str, ...], write: bool, repo_root: str | None, repo_model: str | None) -> None:
-    """Find MODEL's best dynamic batching and instance count on a Triton you point it at, and --write it.
+def command(ctx: click.Context, model: str, url: str | None, kubeconfig: str | None, kube_context: str | None,
+            namespace: str | None, pod: str | None, protocol: str, input_data: str | None, output: str | None,
+            allow_production: bool, objective: str | None, max_p99: float | None,
+            budget: float | None, max_trials: int | None, exhaustive: bool, concurrency: int, duration: float,
+            warmup: float | None, max_instances: int, instances: list[int] | None, delays: list[int],
+            preferred: tuple[str, ...], allow_max_batch_size: bool, max_batch_sizes: list[int], write: bool,
+            repo_root: str | None, repo_model: str | None) -> None:
+    """Search MODEL's best instance count and dynamic batching on a Triton you point it at, and --write it.
 
     \b
+    The default space: 1..--max-instances instances x (no batching, or dynamic batching with a max queue
+    delay of 0/100/500/1000/2000 us x preferred batch size none/4/8/16): 63 settings. tune searches it by
+    coordinate descent from the served setting (batching, then instances, delay, preferred sizes), moving
+    while a step beats the noise and re-measuring steps within noise, so it measures a fraction of it.
     Each candidate is loaded with Triton's model-control API (POST /v2/repository/models/MODEL/load with a
     config override), so the server must run with --model-control-mode=explicit. The original configuration
     is loaded again at the end, also after a failure or Ctrl-C. Use --url for a test server; -n (a pod of
     the production Deployment) is refused without --allow-production.
-    JSON (-o json): {"model", "concurrency", "baseline": {"throughput", "p99_ms"}, "best": {"config":
-    {"dynamic_batching", "instance_count"}, "throughput", "p99_ms"}, "gain", "candidates", "written"}
+    JSON/YAML (-o json|yaml): {"model", "concurrency", "objective", "max_p99_ms", "space", "measurements", "baseline",
+    "best": {"config", "throughput", "p50_ms", "p99_ms"}, "gain", "trials": [{"config", "throughput",
+    "p50_ms", "p99_ms", "met_bound", "error", ...}], "written"}
     """
-    from kubectl_triton.perf import search
-    from kubectl_triton.perf.connect import open_target, parse_duration, parse_ints
+    from kubectl_triton.perf import inputs, search
+    from kubectl_triton.perf.connect import open_target
 
-    obj = ctx.obj or {}
-    output_format = output_format or obj.get("output") or "text"
-    if output_format not in ("text", "json"):
-        raise InputError(f"tune supports -o text or -o json, not {output_format}")
+    fmt = output_format(ctx, output, MEASURE_FORMATS)
+    cluster = cluster_args(ctx, kubeconfig, kube_context, namespace)
+    if objective == "latency" and max_p99 is None:
+        raise click.UsageError("--objective latency needs --max-p99 (e.g. --max-p99 50ms)")
+    if objective == "throughput" and max_p99 is not None:
+        raise click.UsageError("--max-p99 is the bound of --objective latency; drop --objective throughput")
     if not url and not allow_production:
         raise InputError(f"tune reloads {model} once per candidate; without --url it would do so on a pod of the "
                          "production Deployment",
                          hint="pass --url to a test server (tritonserver --model-control-mode=explicit), "
                               "or --allow-production")
-    if latency_budget_ms is not None and latency_budget_ms <= 0:
-        raise click.BadParameter("must be positive", param_hint="--latency-budget-ms")
-    duration_s = parse_duration(duration, "--duration")
-    warmup_s = parse_duration(warmup, "--warmup") if warmup else min(2.0, duration_s * 0.2)
-    counts = parse_ints(instances, "--instances", maximum=64)
-    delay_list = parse_ints(delays, "--max-queue-delay-us", minimum=0, maximum=10_000_000)
-    pref_sets: list[list[int] | None] = []
-    for p in preferred:
-        if p == "auto":
-            pref_sets.append(None)
-        elif p == "none":
-            pref_sets.append([])
-        else:
-            pref_sets.append(parse_ints(p, "--preferred-batch-sizes", maximum=1 << 20))
+    goal = search.Objective(max_p99 * 1e3 if max_p99 is not None else None)
+    warmup_s = warmup_for(duration, warmup)
+    pref_sets = _preferred(preferred)
+    counts = instances or list(range(1, max_instances + 1))
     progress = sys.stderr.isatty()
 
-    with open_target(model, protocol, url, kubeconfig=kubeconfig or obj.get("kubeconfig"),
-                     context=kube_context or obj.get("context"), namespace=namespace or obj.get("namespace"),
-                     pod=pod) as where:
+    with open_target(model, protocol, url, kubeconfig=cluster.kubeconfig, context=cluster.context,
+                     namespace=cluster.namespace, pod=pod) as where:
         original = where.target.config()
-        requests = load_requests(where.target, input_data)
-        candidates = search.grid(original, concurrency, counts, delay_list, pref_sets)
+        requests = inputs.for_target(where.target, input_data)
+        space = search.grid(original, concurrency, counts, delays, pref_sets,
+                            max_batch_sizes=max_batch_sizes if allow_max_batch_size else ())
+        trials_cap = max_trials
+        if trials_cap is None and budget is None and not exhaustive:
+            trials_cap = max(5, int(BUDGET_SHARE * len(space)))
+        limit = search.Budget(trials_cap, budget)
         if progress:
-            click.echo(f"tune {model} at {where.description}: baseline + {len(candidates)} candidates x "
-                       f"{duration_s:g}s at concurrency {concurrency}", err=True)
+            what = "every setting" if exhaustive else f"at most {trials_cap} measurements" if trials_cap else \
+                f"{budget:g}s"
+            click.echo(f"tune {model} at {where.description}: {len(space)} settings, {what}, {duration:g}s each at "
+                       f"concurrency {concurrency}, objective {goal.name}", err=True)
 
         def show(t: search.Trial) -> None:
             if progress:
-                what = (f"{t.result.throughput:.1f} infer/s, p99 {t.result.p99_ms:.1f} ms" if t.result
-                        else f"failed: {t.error}")
-                click.echo(f"  {'baseline: ' if t.baseline else ''}{t.candidate.describe()}: {what}", err=True)
+                fig = (f"{t.result.throughput:.1f} infer/s, p99 {t.result.p99_ms:.1f} ms" if t.result
+                       else f"failed: {t.error}")
+                click.echo(f"  {'baseline: ' if t.baseline else ''}{t.candidate.describe()}: {fig}", err=True)
 
-        trials = search.tune(where.target, requests, concurrency, duration_s, candidates, warmup_s=warmup_s,
-                             original=original, on_trial=show)
-    best = search.choose(trials, latency_budget_ms)
+        found = search.tune(where.target, requests, concurrency, duration, space, goal, limit, warmup_s=warmup_s,
+                            original=original, exhaustive=exhaustive, on_trial=show)
+    failure: PerfError | None = None
+    try:
+        best = search.choose(found.figures, goal)
+    except PerfError as err:  # nothing met the bound (or nothing could be measured): show what was, then fail
+        failure, best = err, None
     written = None
-    if write:
+    if write and best is not None:
         path = write_config(model, repo_root, repo_model, best)
         written = str(path) if path else None
-    doc = summary(model, concurrency, trials, best, latency_budget_ms, written)
-    if output_format == "json":
-        click.echo(json.dumps(doc, indent=2))
-        return
-    click.echo(table([_row(t, best) for t in trials], COLUMNS))
-    click.echo()
-    gain = doc["gain"]
-    click.echo(f"best: {best.candidate.describe()}: {best.result.throughput:.1f} infer/s, p99 "
-               f"{best.result.p99_ms:.1f} ms" + (f" ({gain:.1f}x the current setting)" if gain else ""))
-    if write:
-        click.echo(f"wrote {written}" if written else "config.pbtxt already has this setting; nothing written")
+    doc = summary(model, concurrency, found, best, written)
+    if fmt != "text":
+        click.echo(dumps(doc, fmt))
+    else:
+        last = max((i for i, t in enumerate(found.trials) if t.candidate == best), default=-1)
+        click.echo(table(COLUMNS, [_row(i + 1, t, found.trials[last] if last >= 0 else None, goal.max_p99_ms)
+                                   for i, t in enumerate(found.trials)]))
+        if best is not None:
+            click.echo()
+            fig = found.figures[best]
+            gain = doc["gain"]
+            click.echo(f"best: {best.describe()}: {fig.throughput:.1f} infer/s, p99 {fig.p99_ms:.1f} ms"
+                       + (f" ({gain:.1f}x the current setting)" if gain else "")
+                       + f"; {len(found.trials)} measurements of a space of {len(space)}")
+            if write:
+                click.echo(f"wrote {written}" if written else "config.pbtxt already has this setting; nothing written")
+    if failure is not None:
+        raise failure
