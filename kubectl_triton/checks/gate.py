@@ -176,23 +176,26 @@ def validate_repo(root: Path, options: Options | None = None,
 
 def _affected(root: Path, rendered: list[Target], ref: str, known: dict[Path, inputs.Inputs]) -> list[Target]:
     """The rendered folders a change since `ref` can affect: those whose build inputs changed, the overlays of a
-    changed model's folder, the paths of changed Flux files. A change outside overlays/, base/, models/ and
-    clusters/ (the layout file, say) affects everything."""
+    changed model's folder, the paths of changed Flux files. A change outside the layout's overlays, bases, models
+    and clusters folders (the layout file, say) affects everything."""
+    layout = Repository.at(root, tolerant=True).layout
     changed = inputs.changed_files(root, ref)
     top = root.resolve()
-    inside = {c for c in changed if top in c.parents}
-    if any(c.relative_to(top).parts[0] not in ("overlays", "base", "models", "clusters") for c in inside):
+    rels = [c.relative_to(top).as_posix() for c in changed if top in c.parents]
+    folders = (layout.overlays, layout.bases, layout.models, layout.clusters)
+    if any(not any(rel.startswith(f"{folder}/") for folder in folders) for rel in rels):
         return rendered
-    models = {c.relative_to(top).parts[1] for c in inside if c.relative_to(top).parts[0] == "models"
-              and len(c.relative_to(top).parts) > 2}
+    inside = {top / rel for rel in rels}
+    models = {rel[len(layout.models) + 1:].split("/", 1)[0] for rel in rels
+              if rel.startswith(f"{layout.models}/") and rel.count("/") > layout.models.count("/") + 1}
     flux_paths = {(root / ks.path).resolve() for ks in repo.flux_kustomizations(root, tolerant=True)
                   if ks.file.resolve() in inside}
     out = []
     for target in rendered:
-        parts = Path(target.rel).parts
+        under = target.rel[len(layout.overlays) + 1:].split("/", 1)[0] \
+            if target.rel.startswith(f"{layout.overlays}/") else None
         found = known.get(target.path) or inputs.build_inputs(target.path)
-        if not found.complete or found.files & inside or target.path in flux_paths \
-                or (len(parts) > 1 and parts[0] == "overlays" and parts[1] in models):
+        if not found.complete or found.files & inside or target.path in flux_paths or under in models:
             out.append(target)
     return out
 

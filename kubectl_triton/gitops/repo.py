@@ -73,12 +73,13 @@ def read_problem(root: Path, path: Path) -> YamlProblem | None:
 def yaml_problems(root: Path) -> list[YamlProblem]:
     """Every malformed file the repository's tools read: kustomization files (overlays/, base/, clusters/), the
     Flux files under clusters/ and models/*/model.yaml."""
+    layout = Repository.at(root, tolerant=True).layout
     files: set[Path] = set()
-    for top in ("overlays", "base", "clusters"):
+    for top in (layout.overlays, layout.bases, layout.clusters):
         if (root / top).is_dir():
             files.update(p for name in KUSTOMIZATION_FILES for p in (root / top).rglob(name))
-    if (root / "clusters").is_dir():
-        files.update((root / "clusters").rglob("*.y*ml"))
-    if (root / "models").is_dir():
-        files.update((root / "models").glob("*/model.yaml"))
+    if (root / layout.clusters).is_dir():
+        files.update((root / layout.clusters).rglob("*.y*ml"))
+    if (root / layout.models).is_dir():
+        files.update((root / layout.models).glob("*/model.yaml"))
     return [p for f in sorted(files) if f.is_file() and (p := read_problem(root, f)) is not None]

@@ -18,6 +18,7 @@ from kubectl_triton.compat.repo_check import Placement, placements
 from kubectl_triton.errors import TritonCtlError
 from kubectl_triton.formats import yamlio
 from kubectl_triton.formats.schemas import object_id
+from kubectl_triton.gitops.model import Repository
 
 GPUS_PER_NODE = register(
     "GPUsPerNodeExceeded", "error", "overlay",
@@ -180,7 +181,8 @@ def _memory_fit(model: ModelMeta, engine: dict[str, Any], gpu: GPU, world: int, 
 def read_models(root: Path) -> dict[str, ModelMeta]:
     """Parsable models/*/model.yaml files by model name (malformed ones are reported by validate itself)."""
     out = {}
-    for meta_file in sorted((root / "models").glob("*/model.yaml")) if (root / "models").is_dir() else []:
+    models = Repository.at(root, tolerant=True).layout.models
+    for meta_file in sorted((root / models).glob("*/model.yaml")) if (root / models).is_dir() else []:
         try:
             text = meta_file.read_text(encoding="utf-8")
             docs = yamlio.loads_all(text, str(meta_file))
@@ -190,7 +192,7 @@ def read_models(root: Path) -> dict[str, ModelMeta]:
         if meta is None:
             continue
         name = str(meta.get("name") or meta_file.parent.name)
-        out[name] = ModelMeta(name, f"models/{meta_file.parent.name}/model.yaml", text, meta)
+        out[name] = ModelMeta(name, f"{models}/{meta_file.parent.name}/model.yaml", text, meta)
     return out
 
 
@@ -199,7 +201,7 @@ def check(root: Path, targets: list[Any]) -> list[Finding]:
     models = read_models(root)
     out: list[Finding] = []
     for target in targets:
-        if not target.rel.startswith("overlays/"):
+        if not target.rel.startswith(f"{Repository.at(root, tolerant=True).layout.overlays}/"):
             continue
         workloads = {str((o.get("metadata") or {}).get("name", "")): o for o in target.objects
                      if isinstance(o, dict) and o.get("kind") in ("Deployment", "LeaderWorkerSet")}
