@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from kubectl_triton.checks.findings import Finding
-from kubectl_triton.checks.registry import register
+from kubectl_triton.checks.registry import Severity, register
 from kubectl_triton.datafiles import data_text
 from kubectl_triton.formats.schemas import object_id
 from kubectl_triton.gitops import repo
@@ -308,7 +308,7 @@ def _order_findings(ks: Applied, objects: list[dict], have: _Provided,
             missing_group[group].append(object_id(obj))
     where = f"Kustomization {ks.name} ({ks.path})"
     maybe = f"; unless {', '.join(have.unknown[:2])} provides it" if have.unknown else ""
-    severity = "warning" if have.unknown else None
+    severity: Severity | None = "warning" if have.unknown else None
     for ns, objs in sorted(missing_ns.items()):
         hint = (f"; {elsewhere.namespaces[ns]} creates it: add it to dependsOn" if ns in elsewhere.namespaces
                 else "; nothing in this cluster creates it: add a Namespace object or declare it in "
