@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,12 +60,25 @@ def rendered() -> dict[str, list[dict]]:
     return out
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _render_cache(tmp_path_factory: pytest.TempPathFactory):
+    """validate's render cache lives in the test session's temporary folder, not in the user's ~/.cache."""
+    old = os.environ.get("KUBECTL_TRITON_CACHE_DIR")
+    os.environ["KUBECTL_TRITON_CACHE_DIR"] = str(tmp_path_factory.mktemp("render-cache"))
+    yield
+    if old is None:
+        os.environ.pop("KUBECTL_TRITON_CACHE_DIR", None)
+    else:
+        os.environ["KUBECTL_TRITON_CACHE_DIR"] = old
+
+
 @pytest.fixture
 def repo_copy(tmp_path: Path) -> Path:
     """A scratch copy of the example repository's GitOps folders."""
     dest = tmp_path / "repo"
     for part in ("base", "overlays", "models", "clusters"):
         shutil.copytree(REPO / part, dest / part)
+    shutil.copy(REPO / "kubectl-triton.yaml", dest / "kubectl-triton.yaml")  # what the clusters provide
     return dest
 
 

@@ -177,13 +177,27 @@ def test_bad_ref_is_one_line_and_leaves_nothing_behind(git_repo: Path, run_cli):
     assert len(_worktrees(git_repo)) == 1
 
 
-def test_render_failure_is_reported_and_exits_1_and_worktree_removed(git_repo: Path, run_cli):
+def test_render_failure_refuses_to_compare_and_worktree_removed(git_repo: Path, run_cli):
+    """A side that does not render would read as removals: diff refuses (exit 2) and names the render error."""
     (git_repo / "overlays/image-classifier/l4/kustomization.yaml").write_text("resources: [missing.yaml]\n")
     res = run_cli("diff", str(git_repo), "-o", "json")
-    assert res.exit_code == 1
-    doc = json.loads(res.stdout)
-    assert any(e.startswith("head: overlays/image-classifier/l4: kustomize build failed") for e in doc["errors"])
+    assert res.exit_code == 2 and res.stdout == ""
+    assert res.stderr.startswith("error: cannot compare: head: overlays/image-classifier/l4: kustomize build failed")
+    assert "Traceback" not in res.stderr
     assert len(_worktrees(git_repo)) == 1
+
+
+@pytest.mark.parametrize("flux_file, old, new", [
+    ("clusters/production/models/text-embedder-a10g.yaml", "  timeout: 15m\n", "  timeout: [15m\n"),
+    ("clusters/production/models/image-classifier-l4.yaml", "./overlays/image-classifier/l4",
+     "./overlays/image-classifier/l5"),
+])
+def test_broken_flux_file_refuses_instead_of_inventing_changes(git_repo: Path, run_cli, flux_file, old, new):
+    path = git_repo / flux_file
+    path.write_text(path.read_text().replace(old, new, 1))
+    res = run_cli("diff", str(git_repo))
+    assert res.exit_code == 2 and "removed" not in res.stdout
+    assert res.stderr.startswith("error: cannot compare: head: clusters/production")
 
 
 def test_not_a_git_repository(repo_copy: Path, run_cli, monkeypatch):

@@ -275,7 +275,9 @@ def test_installed_wheel_without_extras_runs_init_to_render(fresh_venv, tmp_path
 
 
 def test_the_layout_files_namespace_reaches_the_platform_and_the_overlays(run_cli, tmp_path):
-    (tmp_path / "kubectl-triton.yaml").write_text("namespace: inference\n")
+    (tmp_path / "kubectl-triton.yaml").write_text(  # with the RWX class the platform's PVC needs (validate)
+        "namespace: inference\ncluster:\n  provides:\n    storageClasses:\n"
+        "      - {name: nfs, default: true, rwx: true}\n")
     assert run_cli("init", str(tmp_path), "--gpu", "l4").exit_code == 0
     platform = yaml.safe_load((tmp_path / "base/platform/namespace.yaml").read_text())
     assert platform["metadata"]["name"] == "inference"

@@ -30,7 +30,8 @@ def moved(tmp_path: Path) -> Path:
         text = text.replace("path: ./clusters/", "path: ./fleet/")
         f.write_text(text)
     lines = ["paths:", *[f"  {k}: {v}" for k, v in PATHS.items()]]
-    (root / "kubectl-triton.yaml").write_text("\n".join(lines) + "\n")
+    own = (REPO / "kubectl-triton.yaml").read_text()  # what the clusters provide (validate's apply-order checks)
+    (root / "kubectl-triton.yaml").write_text("\n".join(lines) + "\n" + own[own.index("cluster:"):])
     return root
 
 

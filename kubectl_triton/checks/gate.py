@@ -9,19 +9,33 @@ import json
 import tempfile
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from kubectl_triton.adapters import kustomize
 from kubectl_triton.checks.findings import Finding
-from kubectl_triton.checks.manifests import enginebuild, monitoring, multinode, routes, security
+from kubectl_triton.checks.manifests import (
+    convergence,
+    enginebuild,
+    gpufacts,
+    monitoring,
+    multinode,
+    practices,
+    routes,
+    security,
+)
+from kubectl_triton.checks.manifests.practices import parse_duration
+from kubectl_triton.checks.model.modelrepo import check_repository, load_repository
+from kubectl_triton.checks.model.triton import check_repository_with_triton
 from kubectl_triton.checks.registry import register
+from kubectl_triton.compat.repo_check import check_metadata, check_repo
 from kubectl_triton.errors import RenderError, TritonCtlError
 from kubectl_triton.formats import schemas, yamlio
-from kubectl_triton.gitops import assembly, repo
+from kubectl_triton.gitops import assembly, inputs, repo
 from kubectl_triton.gitops.labels import INSTANCE_LABEL
-from kubectl_triton.gitops.model import Layout
+from kubectl_triton.gitops.layout import LAYOUT_FILE, ClusterProvides, LayoutError, read_cluster_provides
+from kubectl_triton.gitops.model import Layout, Repository
 
 RENDER_FAILED = register("RenderFailed", "error", "overlay",
                          "kustomize cannot build the folder (as Flux's build would fail)",
@@ -52,6 +66,28 @@ FLUX_SOURCE_NOT_CHECKED = register(
 COMPAT_INPUT = register("CompatInputInvalid", "error", "repository",
                         "an engine record or model metadata that the compat checks cannot read",
                         "fix or re-record the file named (kubectl triton record-engine)")
+YAML_INVALID = register(
+    "YamlInvalid", "error", "repository",
+    "A kustomization, Flux or model.yaml file of the repository is not valid YAML; the gate reports it and checks "
+    "everything else.",
+    "Fix the syntax at the line shown (the folders that use the file cannot render until then).")
+LAYOUT_INVALID = register(
+    "LayoutInvalid", "error", "repository",
+    "kubectl-triton.yaml does not follow its schema (kubectl_triton/data/kubectl-triton.schema.json).",
+    "Fix the entry at the line shown; docs/layout-file.md describes the `cluster.provides` section.")
+MODEL_METADATA_INVALID = register(
+    "ModelMetadataInvalid", "error", "model",
+    "models/<model>/model.yaml has a field of the wrong shape (the GPU and compatibility checks skip that model).",
+    "Write the field as add-model does (strings, a list of GPU types, positive integers under engine:).")
+CHECK_INPUT = register(
+    "CheckInputInvalid", "error", "repository",
+    "a file a repository-wide check reads cannot be used (it is reported on its own too); the check was skipped",
+    "fix the file named")
+
+# Repository-wide checks: check(root, targets) -> findings. LOCAL ones judge each folder on its own (so
+# --changed-from runs them on the affected folders only); the others need every folder of a cluster.
+LOCAL_CHECKS = (security.check,)
+CLUSTER_CHECKS = (enginebuild.check, routes.check, monitoring.check, multinode.check)
 
 
 
@@ -71,6 +107,8 @@ class Options:
     kubernetes_version: str = schemas.DEFAULT_KUBERNETES_VERSION
     triton: bool = False
     compat: bool = True
+    cache: bool = True  # reuse renders whose inputs are unchanged (adapters.kustomize.RenderCache)
+    changed_from: str | None = None  # git ref: per-overlay checks only where the change can reach
 
 
 def validate_repo(root: Path, options: Options | None = None,
@@ -79,21 +117,41 @@ def validate_repo(root: Path, options: Options | None = None,
     options = options or Options()
     say = progress or (lambda _msg: None)
     findings: list[Finding] = []
+    problems = repo.yaml_problems(root)
+    findings += [YAML_INVALID.finding(f"invalid YAML: {p.message}" if "YAML" not in p.message else p.message,
+                                      path=p.path, line=p.line) for p in problems]
+    broken = {root / p.path for p in problems}
+    provides = _provides(root, findings)
+    findings += _metadata_findings(root, broken)
     targets = _targets(root, findings)
+    # A folder whose own kustomization file is malformed is reported above, not rendered again.
+    targets = [t for t in targets if repo.kustomization_file(t.path) not in broken]
     say(f"rendering {len(targets)} kustomizations")
-    for target, result in zip(targets, kustomize.build_many(t.path for t in targets), strict=True):
+    cache = kustomize.RenderCache() if options.cache else None
+    for target, result in zip(targets, kustomize.build_many((t.path for t in targets), cache), strict=True):
         if isinstance(result, RenderError):
             findings.append(RENDER_FAILED.finding(f"kustomize build failed: {result.detail}",
                                     path=target.rel))
             continue
         target.result = result
+        if result.docs is not None:
+            target.objects = list(result.docs)
+            continue
         try:
             target.objects = yamlio.loads_all(result.yaml, target.rel)
         except TritonCtlError as err:
             findings.append(RENDER_FAILED.finding(err.message, path=target.rel))
+            continue
+        if cache is not None and result.key is not None:
+            cache.put_docs(result.key, target.objects)
+    if cache is not None:
+        cache.prune()
     rendered = [t for t in targets if t.objects]
+    # Per-folder checks run where the change can reach; cluster-wide checks always see every folder.
+    local = rendered if options.changed_from is None else \
+        _affected(root, rendered, options.changed_from, cache.inputs if cache is not None else {})
     say("checking schemas")
-    schema_findings = _schema_findings(rendered, options.kubernetes_version)
+    schema_findings = _schema_findings(local, options.kubernetes_version)
     findings += schema_findings
     # Objects that fail their schema are reported as such; the checks below only see well-formed objects.
     invalid = {(f.path, f.object) for f in schema_findings if f.code == "SchemaInvalid"}
@@ -102,12 +160,74 @@ def validate_repo(root: Path, options: Options | None = None,
                           and (target.rel, schemas.object_id(o)) not in invalid]
     findings += _duplicate_findings(root, rendered)
     say("checking model repositories")
-    findings += _model_findings(root, rendered, options)
+    findings += _model_findings(root, local, options)
     if options.compat:
-        findings += _compat_findings(root, rendered)
-    for repo_check in (enginebuild.check, security.check, routes.check, monitoring.check, multinode.check):
-        findings += repo_check(root, rendered)
+        findings += _compat_findings(root, local)
+    for repo_check in (*LOCAL_CHECKS, *CLUSTER_CHECKS):
+        try:
+            findings += repo_check(root, local if repo_check in LOCAL_CHECKS else rendered)
+        except TritonCtlError as err:  # a file the check reads is malformed: reported above, go on
+            findings.append(CHECK_INPUT.finding(_relative_message(root, err.message)))
+    say("simulating each cluster's apply order")
+    findings += convergence.check(root, targets, provides)
+    findings += gpufacts.check(root, local)
     return _dedupe(findings)
+
+
+def _affected(root: Path, rendered: list[Target], ref: str, known: dict[Path, inputs.Inputs]) -> list[Target]:
+    """The rendered folders a change since `ref` can affect: those whose build inputs changed, the overlays of a
+    changed model's folder, the paths of changed Flux files. A change outside the layout's overlays, bases, models
+    and clusters folders (the layout file, say) affects everything."""
+    layout = Repository.at(root, tolerant=True).layout
+    changed = inputs.changed_files(root, ref)
+    top = root.resolve()
+    rels = [c.relative_to(top).as_posix() for c in changed if top in c.parents]
+    folders = (layout.overlays, layout.bases, layout.models, layout.clusters)
+    if any(not any(rel.startswith(f"{folder}/") for folder in folders) for rel in rels):
+        return rendered
+    inside = {top / rel for rel in rels}
+    models = {rel[len(layout.models) + 1:].split("/", 1)[0] for rel in rels
+              if rel.startswith(f"{layout.models}/") and rel.count("/") > layout.models.count("/") + 1}
+    flux_paths = {(root / ks.path).resolve() for ks in repo.flux_kustomizations(root, tolerant=True)
+                  if ks.file.resolve() in inside}
+    out = []
+    for target in rendered:
+        under = target.rel[len(layout.overlays) + 1:].split("/", 1)[0] \
+            if target.rel.startswith(f"{layout.overlays}/") else None
+        found = known.get(target.path) or inputs.build_inputs(target.path)
+        if not found.complete or found.files & inside or target.path in flux_paths or under in models:
+            out.append(target)
+    return out
+
+
+def _relative_message(root: Path, message: str) -> str:
+    """A message with the repository's absolute path written relative to it."""
+    return message.replace(f"{root.resolve()}/", "").replace(f"{root}/", "")
+
+
+def _provides(root: Path, findings: list[Finding]) -> ClusterProvides:
+    """kubectl-triton.yaml's `cluster.provides`; a malformed file is a finding and counts as empty."""
+    try:
+        return read_cluster_provides(root)
+    except LayoutError as err:
+        findings.append(LAYOUT_INVALID.finding(err.problem, path=err.path, line=err.line))
+        return ClusterProvides(file=LAYOUT_FILE)
+
+
+def _metadata_findings(root: Path, broken: set[Path]) -> list[Finding]:
+    """models/*/model.yaml files that parse but have fields of the wrong shape."""
+    out = []
+    for meta_file in sorted((root / "models").glob("*/model.yaml")) if (root / "models").is_dir() else []:
+        if meta_file in broken:
+            continue
+        rel = repo.relative(root, meta_file)
+        docs = yamlio.load_all(meta_file)
+        try:
+            check_metadata(docs[0] if docs else {}, Path(rel))
+        except TritonCtlError as err:
+            out.append(MODEL_METADATA_INVALID.finding(err.message.removeprefix(f"{rel}: "), path=rel,
+                                                      model=meta_file.parent.name))
+    return out
 
 
 def _targets(root: Path, findings: list[Finding]) -> list[Target]:
@@ -119,14 +239,15 @@ def _targets(root: Path, findings: list[Finding]) -> list[Target]:
             targets[path] = Target(path, repo.relative(root, path))
         return targets[path]
 
-    for overlay in repo.overlays(root):
+    for overlay in repo.overlays(root, tolerant=True):
         add(overlay)
-    for cluster in repo.clusters(root):
+    for cluster in repo.clusters(root, tolerant=True):
         if repo.kustomization_file(cluster) is not None:
             add(cluster)
-    names = {(k.namespace, k.name) for k in repo.flux_kustomizations(root)}
-    layout = Layout.load(root)
-    for ks in repo.flux_kustomizations(root):
+    flux = repo.flux_kustomizations(root, tolerant=True)
+    names = {(k.namespace, k.name) for k in flux}
+    layout = Repository.at(root, tolerant=True).layout
+    for ks in flux:
         rel_file = repo.relative(root, ks.file)
         where = f"Kustomization/{ks.namespace}/{ks.name}"
         spec = ks.spec
@@ -157,8 +278,6 @@ def _targets(root: Path, findings: list[Finding]) -> list[Target]:
                                     path=rel_file, object=where))
         else:
             target = add(path)
-            from kubectl_triton.checks.manifests.practices import parse_duration
-
             timeout = parse_duration(spec.get("timeout") or spec.get("interval") or "")
             if timeout:
                 target.flux_timeouts.append(timeout)
@@ -191,9 +310,9 @@ def _duplicate_findings(root: Path, targets: list[Target]) -> list[Finding]:
     """Two overlays applied to the same cluster must not render the same object."""
     by_path = {t.path: t for t in targets}
     out = []
-    for cluster in repo.clusters(root):
+    for cluster in repo.clusters(root, tolerant=True):
         owners: dict[str, list[str]] = defaultdict(list)
-        for ks in repo.flux_kustomizations(root, cluster):
+        for ks in repo.flux_kustomizations(root, cluster, tolerant=True):
             target = by_path.get((root / ks.path).resolve())
             if target is None or target.path == cluster.resolve():
                 continue
@@ -208,9 +327,6 @@ def _duplicate_findings(root: Path, targets: list[Target]) -> list[Finding]:
 
 
 def _model_findings(root: Path, targets: list[Target], options: Options) -> list[Finding]:
-    from kubectl_triton.checks.manifests import practices
-    from kubectl_triton.checks.model.modelrepo import check_repository, load_repository
-
     out: list[Finding] = []
     checked: dict[str, tuple[list[Finding], practices.ModelFacts]] = {}
     with tempfile.TemporaryDirectory(prefix="kubectl-triton-validate-") as tmp:
@@ -232,8 +348,6 @@ def _model_findings(root: Path, targets: list[Target], options: Options) -> list
 
 def _check_assembled(root: Path, target: Target, data: dict[str, str], dest: Path, options: Options,
                      check_repository: Any, load_repository: Any) -> tuple[list[Finding], Any]:
-    from kubectl_triton.checks.manifests import practices
-
     dest.mkdir(parents=True)
     try:
         assembly.assemble(data, dest)
@@ -241,16 +355,40 @@ def _check_assembled(root: Path, target: Target, data: dict[str, str], dest: Pat
         return [MODEL_REPOSITORY.finding(err.message, path=target.rel)], \
             practices.ModelFacts(False, False)
     instance = _instance(target.objects)
-    found = check_repository(dest, display_root=dest)
+    found = check_repository(dest, display_root=dest, strict=strict_model_config(target.objects))
     if options.triton:
-        from kubectl_triton.checks.model.triton import check_repository_with_triton
-
         found += check_repository_with_triton(dest, display_root=dest)
     try:
         facts = practices.model_facts(load_repository(dest))
     except TritonCtlError:
         facts = practices.ModelFacts(False, False)
     return [_source_path(root, target, instance, dest, f) for f in found], facts
+
+
+STRICT_FLAG = "--disable-auto-complete-config"
+DEPRECATED_STRICT = "--strict-model"  # the flag it replaced (…-config=true), still honoured by tritonserver
+
+
+def strict_model_config(objects: list[dict]) -> bool:
+    """Does the overlay's tritonserver run with auto-complete disabled (--disable-auto-complete-config, or its
+    deprecated predecessor set to true)? Triton's default is auto-complete on."""
+    strict = False
+    for obj in objects:
+        if obj.get("kind") not in ("Deployment", "LeaderWorkerSet"):
+            continue
+        for template in convergence.pod_templates(obj):
+            for container in (template.get("spec") or {}).get("containers") or []:
+                words = [str(w) for w in (container.get("command") or []) + (container.get("args") or [])]
+                if not any("tritonserver" in w for w in words):
+                    continue
+                for i, word in enumerate(words):
+                    flag, _, value = word.partition("=")
+                    if flag == STRICT_FLAG:
+                        strict = True
+                    elif flag.startswith(DEPRECATED_STRICT) and flag.endswith("-config"):
+                        value = value or (words[i + 1] if i + 1 < len(words) else "true")
+                        strict = value.lower() in ("true", "1", "yes", "on")
+    return strict
 
 
 def _instance(objects: list[dict]) -> str | None:
@@ -262,8 +400,6 @@ def _instance(objects: list[dict]) -> str | None:
 
 def _source_path(root: Path, target: Target, instance: str | None, dest: Path, finding: Finding) -> Finding:
     """Point a finding about the assembled repository at the committed file it came from."""
-    from dataclasses import replace
-
     if not finding.path:
         return replace(finding, path=target.rel)
     assembled = dest / finding.path
@@ -275,13 +411,11 @@ def _source_path(root: Path, target: Target, instance: str | None, dest: Path, f
 
 
 def _compat_findings(root: Path, targets: list[Target]) -> list[Finding]:
-    from kubectl_triton.compat.repo_check import check_repo
-
     overlays = [t.result for t in targets if t.result is not None and t.rel.startswith("overlays/")]
     try:
         return check_repo(root, overlays)
     except TritonCtlError as err:
-        return [COMPAT_INPUT.finding(err.message)]
+        return [COMPAT_INPUT.finding(_relative_message(root, err.message))]
 
 
 def _dedupe(findings: list[Finding]) -> list[Finding]:

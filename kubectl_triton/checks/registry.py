@@ -33,6 +33,8 @@ CHECK_MODULES: tuple[str, ...] = (
     "kubectl_triton.checks.manifests.enginebuild",
     "kubectl_triton.checks.manifests.monitoring",
     "kubectl_triton.checks.manifests.multinode",
+    "kubectl_triton.checks.manifests.convergence",
+    "kubectl_triton.checks.manifests.gpufacts",
     "kubectl_triton.compat.repo_check",
 )
 

@@ -285,14 +285,20 @@ def load_model(root: Path, directory: Path) -> ModelInfo:
                      meta=meta, engines=engines, config_path=config_path, limits=limits)
 
 
-def load_models(root: Path) -> dict[str, ModelInfo]:
-    """TensorRT-LLM models of the repo (backend tensorrtllm, or with recorded engines), by name."""
+def load_models(root: Path, *, skip_invalid: bool = False) -> dict[str, ModelInfo]:
+    """TensorRT-LLM models of the repo (backend tensorrtllm, or with recorded engines), by name. A malformed
+    model.yaml raises InputError, or (`skip_invalid`, validate reports it itself) leaves that model out."""
     out: dict[str, ModelInfo] = {}
     top = root / Repository.at(root).layout.models
     if not top.is_dir():
         return out
     for directory in sorted(p for p in top.iterdir() if p.is_dir()):
-        info = load_model(root, directory)
+        try:
+            info = load_model(root, directory)
+        except InputError:
+            if skip_invalid:
+                continue
+            raise
         if info.engines or info.backend == "tensorrtllm" or info.config_path:
             out[info.name] = info
     return out
@@ -313,10 +319,11 @@ def render_placements(root: Path, rendered: Iterable[Any] | None = None
 
 
 def matrix(root: Path, *, model: str | None = None, gpu: str | None = None,
-           rendered: Iterable[Any] | None = None) -> tuple[list[Result], list[RenderError]]:
+           rendered: Iterable[Any] | None = None, skip_invalid: bool = False
+           ) -> tuple[list[Result], list[RenderError]]:
     """Every (TensorRT-LLM model x GPU overlay) verdict; with `gpu`, also a hypothetical one for
     models that have no overlay on it (GPU count = tp x pp, image from model.yaml)."""
-    models = load_models(root)
+    models = load_models(root, skip_invalid=skip_invalid)
     if model is not None and model not in models:
         raise InputError(f"{model}: no TensorRT-LLM model of that name under {root / 'models'}")
     want_gpu = resolve(gpu) if gpu else None
@@ -361,5 +368,5 @@ def check_repo(root: Path, rendered: Iterable[Any] | None = None) -> list[Findin
     """validate's entry point: compatibility findings for the whole repo. Pass `rendered` (the
     results of kustomize.build_many over repo.overlays(root)) to avoid rendering twice; render
     failures are left to validate."""
-    results, _ = matrix(root, rendered=rendered)
+    results, _ = matrix(root, rendered=rendered, skip_invalid=True)
     return to_findings(results)

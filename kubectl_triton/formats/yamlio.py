@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,36 @@ def loads_all(text: str, source: str = "<string>") -> list[Any]:
         raise InputError(f"{source}{where}: invalid YAML: {problem}") from None
     except RecursionError:
         raise InputError(f"{source}: invalid YAML: nested too deeply") from None
+
+
+_PARSED: dict[tuple[str, bytes], list[Any] | InputError] = {}
+
+
+def loads_all_shared(text: str, source: str = "<string>") -> list[Any]:
+    """loads_all, memoised by source name and content digest for the process: a file read again (by several
+    checks of one validate run) is parsed once. The documents are shared: callers must not modify them."""
+    key = (source, hashlib.blake2b(text.encode("utf-8", "surrogateescape"), digest_size=16).digest())
+    found = _PARSED.get(key)
+    if found is None:
+        try:
+            found = loads_all(text, source)
+        except InputError as err:
+            found = err
+        if len(_PARSED) > 20000:
+            _PARSED.clear()
+        _PARSED[key] = found
+    if isinstance(found, InputError):
+        raise InputError(found.message) from None
+    return found
+
+
+def load_all_shared(path: Path) -> list[Any]:
+    """load_all through loads_all_shared (documents shared: do not modify them)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise InputError(f"{path}: cannot read: {getattr(err, 'strerror', None) or err}") from None
+    return loads_all_shared(text, str(path))
 
 
 def load_all(path: Path) -> list[Any]:

@@ -335,16 +335,22 @@ def to_markdown(report: Report) -> str:
 # ------------------------------------------------------------------------------------------------ adapters
 
 
-def _flux_paths(root: Path, objects: list[dict]) -> list[Path]:
-    """The buildable folders that the Flux Kustomizations among `objects` apply."""
-    top, out = root.resolve(), []
+def _flux_paths(root: Path, objects: list[dict]) -> tuple[list[Path], list[str]]:
+    """The buildable folders that the Flux Kustomizations among `objects` apply, and why others cannot be built
+    (a path outside the repository or missing: Flux would fail that Kustomization)."""
+    top, out, problems = root.resolve(), [], []
     for obj in objects:
         api = str(obj.get("apiVersion", ""))
         if obj.get("kind") == "Kustomization" and api.startswith(FLUX_KUSTOMIZATION_API):
-            path = (root / str((obj.get("spec") or {}).get("path", "./"))).resolve()
-            if top in (path, *path.parents) and path.is_dir() and kustomization_file(path):
+            spec: dict[str, Any] = obj["spec"] if isinstance(obj.get("spec"), dict) else {}
+            rel = str(spec.get("path", "./"))
+            path = (root / rel).resolve()
+            name = (obj.get("metadata") or {}).get("name") if isinstance(obj.get("metadata"), dict) else None
+            if top not in (path, *path.parents) or not path.is_dir():
+                problems.append(f"Kustomization {name}: spec.path {rel} is not a folder of the repository")
+            elif kustomization_file(path):
                 out.append(path)
-    return out
+    return out, problems
 
 
 def snapshots(roots: list[Path]) -> tuple[list[Snapshot], list[str]]:
@@ -356,7 +362,7 @@ def snapshots(roots: list[Path]) -> tuple[list[Snapshot], list[str]]:
     done: list[set[tuple[str, Path]]] = [set() for _ in roots]
     todo: list[tuple[int, str, Path]] = []
     for i, root in enumerate(roots):
-        for folder in Repository.at(root).clusters:
+        for folder in Repository.at(root, tolerant=True).clusters:  # a malformed file fails its render
             snaps[i].setdefault(folder.name, {})
             if kustomization_file(folder.path):
                 todo.append((i, folder.name, folder.path.resolve()))
@@ -384,7 +390,9 @@ def snapshots(roots: list[Path]) -> tuple[list[Snapshot], list[str]]:
             for obj in docs:
                 objects.setdefault(Key.of(obj), Entry(obj, rel))
             if cluster != UNAPPLIED:
-                nxt += [(i, cluster, p) for p in _flux_paths(roots[i], docs)]
+                paths, problems = _flux_paths(roots[i], docs)
+                nxt += [(i, cluster, p) for p in paths]
+                errors += [f"{side}: {rel}: {problem}" for problem in problems]
         todo = nxt
         if not todo and not unapplied_round:
             unapplied_round = True
@@ -444,7 +452,8 @@ def worktree(root: Path, commit: str) -> Iterator[Path]:
 
 
 def compare(root: Path, ref: str) -> Report:
-    """Render the merge base of `ref` (in a temporary worktree) and the working tree at `root`, and diff them."""
+    """Render the merge base of `ref` (in a temporary worktree) and the working tree at `root`, and diff them.
+    Raises InputError when either side does not render: a side missing objects would read as removals."""
     commit = resolve_base(root, ref)
     with worktree(root, commit) as base_root:
         layout = Layout.load(base_root) if (base_root / LAYOUT_FILE).is_file() else Layout()
@@ -453,4 +462,8 @@ def compare(root: Path, ref: str) -> Report:
             snaps.insert(0, {})
         else:
             snaps, errors = snapshots([base_root, root])
+    if errors:
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        raise InputError(f"cannot compare: {errors[0]}{more}",
+                         hint="fix the render error (kubectl triton validate shows every one), then diff again")
     return Report(ref, commit, diff(snaps[0], snaps[1]), errors)

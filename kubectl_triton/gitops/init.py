@@ -208,7 +208,35 @@ def workflow() -> str:
     return out.getvalue()
 
 
-def layout_file(layout: Layout) -> str:
+def cluster_provides(layout: Layout, *, infrastructure: bool) -> dict[str, Any]:
+    """The layout file's `cluster.provides`: what the scaffolded repository relies on but does not install, declared
+    (with why) so `validate`'s apply-order simulation sees it; the user corrects it to the real cluster. Without
+    the repository's own infrastructure (an adopted repository) the monitoring, KEDA and LeaderWorkerSet CRDs and the
+    monitoring namespace are the cluster's too."""
+    crds = [{"group": "gateway.networking.k8s.io", "reason": "assumed: the cluster's Gateway controller installs "
+             "the Gateway API CRDs (canary routes)"},
+            {"group": "inference.networking.k8s.io", "reason": "assumed: the cluster's inference gateway installs "
+             "the Inference Extension CRDs (add-model --route inferencepool)"}]
+    provides: dict[str, Any] = {}
+    if not infrastructure:
+        provides["namespaces"] = [{"name": "monitoring", "reason": "assumed: the cluster's monitoring stack runs "
+                                   "there (base/monitoring is applied into it)"}]
+        crds += [{"group": group, "reason": f"assumed: the cluster installs the {what} CRDs"}
+                 for group, what in (("monitoring.coreos.com", "Prometheus Operator"), ("keda.sh", "KEDA"),
+                                     ("leaderworkerset.x-k8s.io", "LeaderWorkerSet"))]
+    provides["crds"] = crds
+    provides["storageClasses"] = [{"name": "default", "default": True, "rwx": True,
+                                   "volumeBindingMode": "Immediate",
+                                   "reason": "assumed: the cluster's default StorageClass serves ReadWriteMany "
+                                   "(the platform's model-artifacts PVC); name your cluster's class"}]
+    provides["secrets"] = [{"name": "model-store-credentials", "namespace": layout.namespace,
+                            "reason": "S3 artifact credentials (overlays/artifacts/s3), created outside git"},
+                           {"name": "*-mpi-ssh", "namespace": layout.namespace,
+                            "reason": "each multi-node model's SSH key pair (docs/multinode.md), created outside git"}]
+    return {"provides": provides}
+
+
+def layout_file(layout: Layout, *, infrastructure: bool = True) -> str:
     """kubectl-triton.yaml for `layout` (every value written out, so the user sees what was detected)."""
     flux: dict[str, Any] = {"sourceRef": {"kind": layout.source_kind, "name": layout.source_name},
                             "dependsOn": list(layout.depends_on), "platform": layout.platform,
@@ -217,7 +245,8 @@ def layout_file(layout: Layout) -> str:
         flux["sourceRef"]["namespace"] = layout.source_namespace
     doc = {"paths": {"bases": layout.bases, "gpus": layout.gpus, "overlays": layout.overlays,
                      "models": layout.models, "clusters": layout.clusters},
-           "namespace": layout.namespace, "flux": flux}
+           "namespace": layout.namespace, "flux": flux,
+           "cluster": cluster_provides(layout, infrastructure=infrastructure)}
     return dump(doc, "kubectl-triton: this repository's layout (written by `kubectl triton init`; every command "
                      "reads it).\nKeys: kubectl_triton/data/kubectl-triton.schema.json in the installed package. "
                      "Add GPU types\nof your own under `gpus:` (product, computeCapability, memoryMiB, gpusPerNode, "
@@ -374,15 +403,15 @@ def plan_init(root: Path, opts: InitOptions) -> InitPlan:
             raise InputError(f"--gpu {key!r}: not a GPU type of the catalog or of {LAYOUT_FILE}",
                              hint=f"declare it under `gpus:` in {LAYOUT_FILE}; known: {', '.join(gpus())}")
     proposed: dict[str, str] = {}
+    fresh_cluster = not any(k for c in Repository(root, layout).clusters if c.name == cluster for k in c.kustomizations)
     if not (root / LAYOUT_FILE).is_file():
-        proposed[LAYOUT_FILE] = layout_file(layout)
+        proposed[LAYOUT_FILE] = layout_file(layout, infrastructure=not adopted and fresh_cluster)
     proposed.update(base_files(layout))
     # Components every model overlay may use (S3 artifacts, KEDA autoscaling), beside the GPU Components
     proposed.update({f"{layout.overlays}/{rel}": data.decode("utf-8") for rel, data in _data_files(_data("overlays"))})
     for key in wanted:
         proposed.update(gpu_component_files(layout, key))
     cluster_dir = root / layout.cluster_dir(cluster)
-    fresh_cluster = not any(k for c in Repository(root, layout).clusters if c.name == cluster for k in c.kustomizations)
     proposed.update(cluster_files(layout, cluster, infrastructure=not adopted and fresh_cluster))
     proposed[WORKFLOW] = workflow()
     out = InitPlan(layout, cluster, adopted, review=notes)

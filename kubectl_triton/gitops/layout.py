@@ -1,9 +1,14 @@
-"""Confining paths to the repository: a name or symlink that leads outside it is refused."""
+"""The repository's layout: confining paths to the repository (a name or symlink that leads outside it is
+refused), and reading what a cluster provides from the layout file (kubectl-triton.yaml, `cluster:`)."""
 
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import Any
 
+from kubectl_triton.datafiles import data_text
 from kubectl_triton.errors import InputError
 
 
@@ -26,3 +31,115 @@ def inside(root: Path, path: Path) -> bool:
     """Does `path` (symlinks resolved) lie inside `root`?"""
     real_root, real = root.resolve(), path.resolve()
     return real == real_root or real_root in real.parents
+
+
+# ---- the layout file's `cluster:` section (what a cluster provides before Flux applies the repository) ----------
+
+LAYOUT_FILE = "kubectl-triton.yaml"
+
+
+class LayoutError(InputError):
+    """kubectl-triton.yaml cannot be used; `path` is repository-relative, `line` 1-based when known."""
+
+    def __init__(self, path: str, line: int | None, problem: str) -> None:
+        super().__init__(f"{path}{f':{line}' if line else ''}: {problem}")
+        self.path, self.line, self.problem = path, line, problem
+
+
+@dataclass(frozen=True)
+class StorageClassInfo:
+    """A StorageClass the cluster has: can it serve ReadWriteMany, is it the default, how it binds."""
+
+    name: str
+    rwx: bool = False
+    default: bool = False
+    binding_mode: str = "Immediate"
+
+
+@dataclass(frozen=True)
+class ExternalSecret:
+    """A Secret created outside git (SOPS, external-secrets), and why."""
+
+    name: str
+    namespace: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class ClusterProvides:
+    """What exists on a cluster before Flux applies anything of this repository."""
+
+    namespaces: frozenset[str] = frozenset()
+    crds: frozenset[str] = frozenset()
+    storage_classes: tuple[StorageClassInfo, ...] = ()
+    secrets: tuple[ExternalSecret, ...] = ()
+    file: str | None = None  # the layout file it was read from, when there is one
+
+    def default_class(self) -> StorageClassInfo | None:
+        return next((c for c in self.storage_classes if c.default), None)
+
+
+def _node_line(node: Any, path: list[Any]) -> int | None:
+    """The 1-based line of the YAML node at `path` (keys and list indexes), or of its nearest parent."""
+    import yaml
+
+    line = node.start_mark.line + 1
+    for part in path:
+        if isinstance(node, yaml.MappingNode):
+            found = next((v for k, v in node.value if k.value == part), None)
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
+            found = node.value[part]
+        else:
+            found = None
+        if found is None:
+            break
+        node, line = found, found.start_mark.line + 1
+    return line
+
+
+def read_cluster_provides(root: Path) -> ClusterProvides:
+    """The `cluster.provides` section of `root`/kubectl-triton.yaml (empty when the file is absent).
+    A malformed file raises LayoutError naming the repository-relative path and line."""
+    import jsonschema  # type: ignore[import-untyped]
+    import yaml
+
+    path = root / LAYOUT_FILE
+    if not path.is_file():
+        return ClusterProvides()
+    try:
+        text = path.read_text(encoding="utf-8")
+        node = yaml.compose(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+        doc = yaml.safe_load(text)
+    except (OSError, UnicodeDecodeError) as err:
+        raise LayoutError(LAYOUT_FILE, None, f"cannot read: {getattr(err, 'strerror', None) or err}") from None
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        raise LayoutError(LAYOUT_FILE, mark.line + 1 if mark else None,
+                          f"invalid YAML: {getattr(err, 'problem', None) or err}") from None
+    if doc is None:
+        return ClusterProvides(file=LAYOUT_FILE)
+    schema = json.loads(data_text("kubectl-triton.schema.json"))
+    errors = sorted(jsonschema.Draft202012Validator(schema).iter_errors(doc), key=lambda e: list(e.absolute_path))
+    if errors:
+        first = errors[0]
+        where = ".".join(str(p) for p in first.absolute_path) or "(top level)"
+        raise LayoutError(LAYOUT_FILE, _node_line(node, list(first.absolute_path)) if node is not None else None,
+                          f"{where}: {first.message}")
+    provides = (doc.get("cluster") or {}).get("provides") or {}
+
+    def names(items: list[Any] | None, key: str) -> frozenset[str]:
+        return frozenset(i if isinstance(i, str) else i[key] for i in items or ())
+
+    classes = tuple(StorageClassInfo(c["name"], bool(c.get("rwx", False)), bool(c.get("default", False)),
+                                     c.get("volumeBindingMode", "Immediate"))
+                    for c in provides.get("storageClasses") or ())
+    defaults = [c.name for c in classes if c.default]
+    if len(defaults) > 1:
+        raise LayoutError(LAYOUT_FILE, _node_line(node, ["cluster", "provides", "storageClasses"]),
+                          f"cluster.provides.storageClasses: {len(defaults)} default classes "
+                          f"({', '.join(defaults)}); a cluster has at most one")
+    return ClusterProvides(
+        namespaces=names(provides.get("namespaces"), "name"), crds=names(provides.get("crds"), "group"),
+        storage_classes=classes,
+        secrets=tuple(ExternalSecret(s["name"], s["namespace"], s["reason"]) for s in provides.get("secrets") or ()),
+        file=LAYOUT_FILE)

@@ -17,7 +17,7 @@ from typing import Any
 from kubectl_triton.compat.catalog import GPU, register
 from kubectl_triton.datafiles import data_text
 from kubectl_triton.errors import InputError
-from kubectl_triton.formats.yamlio import load_all
+from kubectl_triton.formats.yamlio import load_all, load_all_shared
 
 LAYOUT_FILE = "kubectl-triton.yaml"
 LAYOUT_SCHEMA = "kubectl-triton.schema.json"
@@ -264,28 +264,30 @@ class Repository:
 
     root: Path
     layout: Layout = field(default_factory=Layout)
+    tolerant: bool = False  # malformed files are skipped (validate reports them) instead of raising InputError
 
     @classmethod
-    def at(cls, root: Path) -> Repository:
-        """The repository whose root is `root` (its layout file read, if any)."""
+    def at(cls, root: Path, *, tolerant: bool = False) -> Repository:
+        """The repository whose root is `root` (its layout file read, if any). With `tolerant`, malformed
+        kustomization and Flux files are skipped (validate reports each as a finding)."""
         root = root.resolve()
-        layout = Layout.load(root)
+        layout = Layout.load(root)  # a malformed layout file is a usage error even when tolerant
         register(layout.gpu_types)  # the repository's own GPU types join the catalog for every lookup
-        return cls(root, layout)
+        return cls(root, layout, tolerant)
 
     @classmethod
-    def find(cls, start: Path | None = None) -> Repository:
+    def find(cls, start: Path | None = None, *, tolerant: bool = False) -> Repository:
         """The repository holding `start` (default: the working directory): the nearest folder upwards with a
-        layout file, else one with an overlays/ folder (the default layout)."""
+        layout file, else one with an overlays/ folder (the default layout). `tolerant` as for `at`."""
         here = (start or Path.cwd()).resolve()
         if not here.is_dir():
             raise InputError(f"{start}: not a directory")
         for candidate in (here, *here.parents):
             if (candidate / LAYOUT_FILE).is_file():
-                return cls.at(candidate)
+                return cls.at(candidate, tolerant=tolerant)
         for candidate in (here, *here.parents):
             if (candidate / Layout.overlays).is_dir():
-                return cls.at(candidate)
+                return cls.at(candidate, tolerant=tolerant)
         raise InputError(f"{here}: no {LAYOUT_FILE} or {Layout.overlays}/ folder here or in any parent",
                          hint="run inside a kubectl-triton GitOps repository or pass its path")
 
@@ -297,7 +299,7 @@ class Repository:
 
     @cached_property
     def _kustomizations(self) -> list[tuple[Path, str]]:
-        return list(_kustomizations(self.root / self.layout.overlays))
+        return list(_kustomizations(self.root / self.layout.overlays, self.tolerant))
 
     @cached_property
     def overlays(self) -> list[Overlay]:
@@ -330,7 +332,7 @@ class Repository:
         """Cluster folders, each with the Flux objects its YAML files declare."""
         top = self.root / self.layout.clusters
         folders = sorted(p for p in top.iterdir() if p.is_dir()) if top.is_dir() else []
-        return [Cluster(p.name, p, tuple(_flux_objects(p))) for p in folders]
+        return [Cluster(p.name, p, tuple(_flux_objects(p, self.tolerant))) for p in folders]
 
     def cluster(self, name: str) -> Cluster | None:
         return next((c for c in self.clusters if c.name == name), None)
@@ -379,22 +381,35 @@ def _mapping(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def _kind(kfile: Path) -> str:
-    docs = load_all(kfile)
+def _kind(kfile: Path, tolerant: bool = False) -> str:
+    """The file's kind. A malformed file raises InputError, or with `tolerant` counts as a Kustomization (its
+    build then fails and says why)."""
+    try:
+        docs = load_all_shared(kfile) if tolerant else load_all(kfile)
+    except InputError:
+        if not tolerant:
+            raise
+        return "Kustomization"
     doc = docs[0] if docs else None
     return str(doc.get("kind", "Kustomization")) if isinstance(doc, dict) else "Kustomization"
 
 
-def _kustomizations(top: Path) -> Iterator[tuple[Path, str]]:
+def _kustomizations(top: Path, tolerant: bool = False) -> Iterator[tuple[Path, str]]:
     if not top.is_dir():
         return
     for kfile in sorted(top.rglob("kustomization.yaml")):
-        yield kfile.parent, _kind(kfile)
+        yield kfile.parent, _kind(kfile, tolerant)
 
 
-def _flux_objects(cluster_dir: Path) -> Iterator[FluxObject]:
+def _flux_objects(cluster_dir: Path, tolerant: bool = False) -> Iterator[FluxObject]:
     for f in sorted(cluster_dir.rglob("*.y*ml")):
-        for doc in load_all(f):
+        try:
+            docs = load_all_shared(f) if tolerant else load_all(f)
+        except InputError:
+            if not tolerant:
+                raise
+            continue
+        for doc in docs:
             if not isinstance(doc, dict):
                 continue
             api, kind = str(doc.get("apiVersion", "")), str(doc.get("kind", ""))

@@ -3,12 +3,16 @@ repository anew; commands build one `gitops.model.Repository` and share it inste
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
 from pathlib import Path
 
-from kubectl_triton.gitops.model import FluxKustomization, Repository, kustomization_file, relative
+from kubectl_triton.errors import InputError
+from kubectl_triton.formats.yamlio import loads_all_shared
+from kubectl_triton.gitops.model import KUSTOMIZATION_FILES, FluxKustomization, Repository, kustomization_file, relative
 
-__all__ = ["FluxKustomization", "clusters", "components", "find_root", "flux_kustomizations", "kustomization_file",
-           "overlays", "relative"]
+__all__ = ["FluxKustomization", "YamlProblem", "clusters", "components", "find_root", "flux_kustomizations",
+           "kustomization_file", "overlays", "read_problem", "relative", "yaml_problems"]
 
 
 def find_root(start: Path | None = None) -> Path:
@@ -16,23 +20,66 @@ def find_root(start: Path | None = None) -> Path:
     return Repository.find(start).root
 
 
-def overlays(root: Path) -> list[Path]:
-    """Every buildable overlay, sorted by path."""
-    return [o.path for o in Repository.at(root).overlays]
+def overlays(root: Path, *, tolerant: bool = False) -> list[Path]:
+    """Every buildable overlay, sorted by path. A malformed kustomization.yaml raises InputError, or with
+    `tolerant` is listed (`yaml_problems` reports it)."""
+    return [o.path for o in Repository.at(root, tolerant=tolerant).overlays]
 
 
 def components(root: Path) -> list[Path]:
     return Repository.at(root).components
 
 
-def clusters(root: Path) -> list[Path]:
-    return [c.path for c in Repository.at(root).clusters]
+def clusters(root: Path, *, tolerant: bool = False) -> list[Path]:
+    return [c.path for c in Repository.at(root, tolerant=tolerant).clusters]
 
 
-def flux_kustomizations(root: Path, cluster: Path | None = None) -> list[FluxKustomization]:
-    """Flux Kustomizations of every cluster folder (or of the one at `cluster`)."""
-    repo = Repository.at(root)
+def flux_kustomizations(root: Path, cluster: Path | None = None, *, tolerant: bool = False
+                        ) -> list[FluxKustomization]:
+    """Flux Kustomizations of every cluster folder (or of the one at `cluster`). A malformed file raises
+    InputError, or is skipped when `tolerant` (`yaml_problems` reports it)."""
+    repo = Repository.at(root, tolerant=tolerant)
     if cluster is None:
         return repo.flux_kustomizations
     want = cluster.resolve()
     return [k for c in repo.clusters if c.path.resolve() == want for k in c.kustomizations]
+
+
+@dataclass(frozen=True)
+class YamlProblem:
+    """A repository file that is not valid YAML: repository-relative path, 1-based line when known, the reason."""
+
+    path: str
+    line: int | None
+    message: str
+
+
+def read_problem(root: Path, path: Path) -> YamlProblem | None:
+    """Why `path` cannot be read as YAML (None when it can), with its repository-relative path and line."""
+    rel = relative(root, path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        return YamlProblem(rel, None, f"cannot read: {getattr(err, 'strerror', None) or err}")
+    try:
+        loads_all_shared(text, rel)
+    except InputError as err:
+        found = re.match(rf"{re.escape(rel)}:(\d+)(?::\d+)?: (.*)", err.message, re.S)
+        return YamlProblem(rel, int(found[1]), found[2]) if found else \
+            YamlProblem(rel, None, err.message.removeprefix(f"{rel}: "))
+    return None
+
+
+def yaml_problems(root: Path) -> list[YamlProblem]:
+    """Every malformed file the repository's tools read: kustomization files (overlays/, base/, clusters/), the
+    Flux files under clusters/ and models/*/model.yaml."""
+    layout = Repository.at(root, tolerant=True).layout
+    files: set[Path] = set()
+    for top in (layout.overlays, layout.bases, layout.clusters):
+        if (root / top).is_dir():
+            files.update(p for name in KUSTOMIZATION_FILES for p in (root / top).rglob(name))
+    if (root / layout.clusters).is_dir():
+        files.update((root / layout.clusters).rglob("*.y*ml"))
+    if (root / layout.models).is_dir():
+        files.update((root / layout.models).glob("*/model.yaml"))
+    return [p for f in sorted(files) if f.is_file() and (p := read_problem(root, f)) is not None]

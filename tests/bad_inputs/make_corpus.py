@@ -35,7 +35,7 @@ PBTXT: dict[str, str | bytes] = {
     "zero-dims": GOOD_PBTXT.replace("dims: [ 4 ] } ]\noutput", "dims: [ 0 ] } ]\noutput"),
     "no-dims": GOOD_PBTXT.replace(" dims: [ 4 ] } ]\noutput", " } ]\noutput"),
     "bad-instance-kind": GOOD_PBTXT + "instance_group [ { kind: KIND_QUANTUM } ]\n",
-    "negative-instances": GOOD_PBTXT + "instance_group [ { count: -3 kind: KIND_GPU } ]\n",
+    "negative-gpu-id": GOOD_PBTXT + "instance_group [ { count: 1 kind: KIND_GPU gpus: [ -3 ] } ]\n",
     "preferred-over-max": GOOD_PBTXT + "dynamic_batching { preferred_batch_size: [ 64 ] }\n",
     "negative-batch": GOOD_PBTXT.replace("max_batch_size: 8", "max_batch_size: -1"),
     "ensemble-missing-step": ('name: "m"\nplatform: "ensemble"\nmax_batch_size: 1\n'

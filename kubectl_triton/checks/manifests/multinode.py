@@ -237,8 +237,8 @@ def check_controller(root: Path, targets: Iterable[Any]) -> list[Finding]:
     """Every Flux Kustomization that applies a group depends (transitively) on one that installs the lws chart."""
     rendered = {t.rel: t.objects for t in targets}
     out: list[Finding] = []
-    for cluster in repo.clusters(root):
-        kss = repo.flux_kustomizations(root, cluster)
+    for cluster in repo.clusters(root, tolerant=True):  # malformed Flux files are reported by the gate
+        kss = repo.flux_kustomizations(root, cluster, tolerant=True)
         by_name = {(k.namespace, k.name): k for k in kss}
 
         def objects(ks: repo.FluxKustomization) -> list:

@@ -72,6 +72,23 @@ TRTLLM_DECOUPLED = register("TRTLLMDecoupled", "error", "model",
 TRTLLM_TEXT_INPUT = register("TRTLLMTextInput", "error", "model",
                              "a tensorrtllm model is fed text instead of token ids",
                              "put the preprocessing model (tokenizer) in front of it, as the ensemble does")
+WARMUP = register(
+    "WarmupInvalid", "error", "model",
+    "A model_warmup sample Triton cannot run when the model loads (variable or missing dims, no data source, too "
+    "few or many model inputs, another data type or shape, a batch size above max_batch_size): the model fails.",
+    "Give every sample input fixed dims, a data type and zero_data/random_data/input_data_file matching the "
+    "model's inputs, and a batch_size up to max_batch_size.")
+INITIAL_STATE = register(
+    "InitialStateInvalid", "error", "model",
+    "An implicit state's initial_state does not match the state (data type, number and size of dims, name, data).",
+    "Give initial_state the state's data type and fixed dims of the state's shape, a name and zero_data or "
+    "data_file.")
+MODEL_CONFIG_MISSING = register(
+    "ModelConfigMissing", "error", "model",
+    "A folder of the model repository has no config.pbtxt at its top level (committed under a version folder, or "
+    "left to auto-complete): Triton treats every folder as a model, and with auto-complete disabled it fails.",
+    "Put config.pbtxt directly in the model's folder (models/<model>/<triton model>/config.pbtxt), or remove the "
+    "folder.")
 TRITON_LOAD = register("TritonLoadFailed", "error", "model",
                        "the real tritonserver (validate --triton) refused to load the model",
                        "read Triton's message; it names the field or file to fix")
@@ -107,6 +124,8 @@ class ModelFolder:
     name: str
     versions: tuple[int, ...] = ()
     version_files: frozenset[str] = field(default_factory=frozenset)
+    # files under warmup/ and initial_state/ ("warmup/input.bin"); None: not known (only the config was read)
+    data_files: frozenset[str] | None = None
 
 
 @cache

@@ -16,6 +16,7 @@ from kubectl_triton.checks.model.base import (
     BATCH_IO,
     DYNAMIC_BATCHING,
     ENSEMBLE_SCHEDULING,
+    INITIAL_STATE,
     INSTANCE_GROUP,
     MAX_BATCH_SIZE,
     MODEL_IO,
@@ -27,6 +28,7 @@ from kubectl_triton.checks.model.base import (
     RESPONSE_CACHE,
     SEQUENCE_BATCHING,
     VERSION_POLICY,
+    WARMUP,
     WILDCARD,
     Issue,
     ModelFolder,
@@ -443,8 +445,10 @@ def check_instance_groups(config: Any) -> Iterator[Issue]:
         gname = group.name or f"{name}_{index}"
         obj = f"instance_group '{gname}'"
         if group.count < 0:
-            yield Issue(INSTANCE_GROUP, f"instance group {gname} of model {name} has a negative "
-                        f"count {group.count}", obj, "count")
+            # Triton 2.51 loads it: NormalizeInstanceGroup replaces a count below 1 with the default count.
+            yield Issue(INSTANCE_GROUP, f"instance group {gname} of model {name} has count {group.count}: Triton "
+                        "replaces a count below 1 with its default instance count, so write the count you mean (or "
+                        "leave count out)", obj, "count", WARNING)
         if group.kind in (kinds.KIND_MODEL, kinds.KIND_CPU) and group.gpus:
             kname = kinds.Kind.Name(group.kind)
             yield Issue(INSTANCE_GROUP, f"instance group {gname} of model {name} has kind {kname} "
@@ -475,6 +479,117 @@ def check_instance_groups(config: Any) -> Iterator[Issue]:
                     break
 
 
+# --------------------------------------------------------------------------- warmup and implicit state
+
+
+def _type_name(data_type: int) -> str:
+    return pb_schema().DataType.Name(data_type).removeprefix("TYPE_")
+
+
+def _shape(dims: Any) -> str:
+    return "[" + ",".join(str(d) for d in dims) + "]"
+
+
+def check_warmup(config: Any, folder: ModelFolder) -> Iterator[Issue]:
+    """What Triton 2.51 does with each model_warmup sample when the model loads: every sample input needs fixed
+    dims and a data source; the inputs that name model inputs must number between the required and all inputs
+    (others are dropped) and match their data type and dims; the batch size must fit max_batch_size. The first
+    problem of the first failing sample is what the model fails with."""
+    if is_ensemble(config):
+        return  # check_ensemble_scheduling refuses any model_warmup on an ensemble
+    name, mbs = config.name, config.max_batch_size
+    declared = {io.name: io for io in config.input}
+    required = [io.name for io in config.input if not io.optional]
+    for sample in config.model_warmup:
+        obj = f"model_warmup '{sample.name}'"
+        for key in sorted(sample.inputs):
+            value = sample.inputs[key]
+            if any(d < -1 for d in value.dims):
+                yield Issue(WARMUP, f"warmup sample '{sample.name}' input '{key}' has dims "
+                            f"{_shape(value.dims)}: a dimension below -1 crashes tritonserver 2.51 while it loads "
+                            f"{name}", obj, f'"{key}"')
+                return
+            if WILDCARD in value.dims:
+                yield Issue(WARMUP, "warmup setting expects all variable-size dimensions are specified "
+                            f"for input '{key}'", obj, f'"{key}"')
+                return
+            which = value.WhichOneof("input_data_type")
+            if which is None:
+                yield Issue(WARMUP, f"warmup setting expects input '{key}' to have input_data_type set",
+                            obj, f'"{key}"')
+                return
+            if which == "input_data_file" and folder.data_files is not None \
+                    and f"warmup/{value.input_data_file}" not in folder.data_files:
+                yield Issue(WARMUP, f"failed to open text file for read {folder.name}/warmup/"
+                            f"{value.input_data_file}: No such file or directory", obj, "input_data_file")
+                return
+        known = [k for k in sorted(sample.inputs) if k in declared]
+        if not len(required) <= len(known) <= len(declared):
+            expected = (f"{len(required)} inputs" if len(required) == len(declared)
+                        else f"number of inputs between {len(required)} and {len(declared)}")
+            missing = [r for r in required if r not in known]
+            yield Issue(WARMUP, f"expected {expected} but got {len(known)} inputs for model '{name}'. Got "
+                        f"input(s) {known}, but missing required input(s) {missing}. Please provide all required "
+                        "input(s).", obj, "model_warmup")
+            return
+        for key in known:
+            value, io = sample.inputs[key], declared[key]
+            if value.data_type != io.data_type:
+                yield Issue(WARMUP, f"inference input '{key}' data-type is '{_type_name(value.data_type)}'"
+                            f", but model '{name}' expects '{_type_name(io.data_type)}'", obj, f'"{key}"')
+                return
+            dims, want = tuple(value.dims), tuple(io.dims)
+            if len(dims) != len(want) or any(w not in (WILDCARD, d) for d, w in zip(dims, want, strict=True)):
+                batch = (WILDCARD,) if mbs > 0 else ()
+                got = (1,) if mbs > 0 else ()
+                yield Issue(WARMUP, f"unexpected shape for input '{key}' for model '{name}'. Expected "
+                            f"{_shape(batch + want)}, got {_shape(got + dims)}.", obj, f'"{key}"')
+                return
+        if sample.batch_size > max(mbs, 1):
+            yield Issue(WARMUP, f"failed to run warmup sample '{sample.name}': batch size "
+                        f"{sample.batch_size} for '{name}', max allowed is {mbs}", obj, "batch_size")
+            return
+
+
+def check_state(config: Any, folder: ModelFolder) -> Iterator[Issue]:
+    """Implicit state (sequence_batching.state): each initial_state against its state, in the order Triton 2.51
+    checks them (data type, rank, variable dims, each dim, name, data)."""
+    if not config.HasField("sequence_batching"):
+        return
+    for state in config.sequence_batching.state:
+        obj = f"sequence_batching.state '{state.input_name}'"
+        needle = f'"{state.input_name}"'
+        for init in state.initial_state:
+            problem = None
+            if init.data_type != state.data_type:
+                problem = (f"The data type used for 'initial_state' field of state '{state.input_name}' does not "
+                           "match the state data type.")
+            elif len(init.dims) != len(state.dims):
+                problem = (f"Number of dimensions in 'initial_state' doesn't match the size of 'state' dimensions "
+                           f"for state input '{state.input_name}'. {len(init.dims)} != {len(state.dims)}")
+            elif WILDCARD in init.dims:
+                problem = (f"'initial_state' field for state input name '{state.input_name}' contains variable "
+                           "dimensions.")
+            else:
+                bad = next(((i, s) for i, s in zip(init.dims, state.dims, strict=True)
+                            if s != WILDCARD and i != s), None)
+                if bad:
+                    problem = (f"'initial_state' dim for input name '{state.input_name}' doesn't match 'state' dim "
+                               f"description. {bad[0]} != {bad[1]}")
+                elif not init.name:
+                    problem = (f"Field 'name' must be set when using initial_state for state input "
+                               f"'{state.input_name}'.")
+                elif init.WhichOneof("state_data") is None:
+                    problem = f"initial_state setting expects state'{state.input_name}' to have state_data set"
+                elif init.WhichOneof("state_data") == "data_file" and folder.data_files is not None \
+                        and f"initial_state/{init.data_file}" not in folder.data_files:
+                    problem = (f"failed to open text file for read {folder.name}/initial_state/{init.data_file}: "
+                               "No such file or directory")
+            if problem:
+                yield Issue(INITIAL_STATE, problem, obj, needle)
+                return
+
+
 # --------------------------------------------------------------------------- versions
 
 
@@ -496,7 +611,7 @@ def check_model(config: Any, folder: ModelFolder, *, ensembles: tuple[str, ...] 
     """All single-model rules for one parsed config.pbtxt (after Triton's autofill); `ensembles`
     names the ensembles of the repository that use this model (for hints)."""
     filled, issues = autofill(config, folder)
-    for rule in (check_name_and_platform, check_versions):
+    for rule in (check_name_and_platform, check_versions, check_warmup, check_state):
         issues.extend(rule(filled, folder))
     for single in (check_batching, check_sequence_batching, check_scheduling_kind, check_io,
                    check_instance_groups):

@@ -290,6 +290,7 @@ class _Repo:
     folders: Mapping[str, ModelFolder]
     known: set[str]
     decoupled: dict[str, bool] = field(default_factory=dict)
+    strict: bool = False  # auto-complete disabled: a model's declared I/O is all it has
 
     def is_decoupled(self, name: str, stack: tuple[str, ...] = ()) -> bool:
         """Whether model `name` is decoupled; an ensemble is when any of its steps is."""
@@ -367,7 +368,7 @@ def check_ensemble(name: str, config: Any, repo: _Repo) -> Iterator[Issue]:
     complete = True
     for index, step in enumerate(steps):
         model = repo.models.get(step.model_name)
-        if model is None or (not model.input and not model.output):
+        if model is None or (not repo.strict and not model.input and not model.output):
             complete = False  # known only by name, or left to the backend's autocomplete
             continue
         if model.max_batch_size != 0 and model.max_batch_size < config.max_batch_size:
@@ -389,9 +390,10 @@ def check_ensemble(name: str, config: Any, repo: _Repo) -> Iterator[Issue]:
 
 
 def check_ensembles(models: Mapping[str, Any], folders: Mapping[str, ModelFolder], known_models: set[str],
-                    valid: set[str]) -> dict[str, list[Issue]]:
-    """Repository-level checks of every ensemble in `valid` (those whose own config passed)."""
-    repo = _Repo(models, folders, set(known_models))
+                    valid: set[str], *, strict: bool = False) -> dict[str, list[Issue]]:
+    """Repository-level checks of every ensemble in `valid` (those whose own config passed). With `strict`
+    (auto-complete disabled) a step model that declares no inputs and outputs is checked as having none."""
+    repo = _Repo(models, folders, set(known_models), strict=strict)
     result: dict[str, list[Issue]] = {}
     for name, config in models.items():
         if name in valid and is_ensemble(config) and config.HasField("ensemble_scheduling"):

@@ -14,13 +14,21 @@ from pathlib import Path
 from typing import Any
 
 from kubectl_triton.checks.findings import ERROR, Finding
-from kubectl_triton.checks.model.base import CONFIG_SYNTAX, Issue, ModelFolder, is_ensemble
+from kubectl_triton.checks.model.base import (
+    CONFIG_SYNTAX,
+    MODEL_CONFIG_MISSING,
+    Issue,
+    ModelFolder,
+    is_ensemble,
+    table,
+)
 from kubectl_triton.checks.model.config import autofill, check_model
 from kubectl_triton.checks.model.ensemble import check_ensembles
 from kubectl_triton.errors import InputError
 from kubectl_triton.formats.pbtxt import PbtxtError, locate, parse
 
 CONFIG = "config.pbtxt"
+
 
 
 @dataclass
@@ -51,7 +59,48 @@ def _folder(model_dir: Path) -> ModelFolder:
     numeric = sorted(p.name for p in model_dir.iterdir() if p.is_dir() and p.name.isdigit())
     if numeric:  # Triton inspects the first version folder in name order
         files = frozenset(p.name for p in (model_dir / numeric[0]).iterdir())
-    return ModelFolder(model_dir.name, tuple(versions), files)
+    data = frozenset(p.relative_to(model_dir).as_posix() for sub in ("warmup", "initial_state")
+                     if (model_dir / sub).is_dir() for p in (model_dir / sub).rglob("*") if p.is_file())
+    return ModelFolder(model_dir.name, tuple(versions), files, data)
+
+
+def unconfigured_dirs(repo_dir: Path) -> list[Path]:
+    """Sub-folders of `repo_dir` without a config.pbtxt at their top level. Triton 2.51 polls every sub-folder
+    (hidden ones too) as a model: with auto-complete disabled each of these fails the repository."""
+    try:
+        entries = sorted(os.scandir(repo_dir), key=lambda e: e.name)
+    except OSError as err:
+        raise InputError(f"{repo_dir}: cannot read: {err.strerror or err}") from None
+    return [Path(e.path) for e in entries if e.is_dir() and not os.path.isfile(os.path.join(e.path, CONFIG))]
+
+
+def _unconfigured(model_dir: Path, root: Path, strict: bool) -> list[Finding]:
+    """What Triton does with a model folder that has no top-level config.pbtxt."""
+    name = model_dir.name
+    misplaced = sorted(model_dir.glob(f"*/{CONFIG}"))
+    rel = _rel(model_dir, root)
+    where = _rel(misplaced[0], root) if misplaced else f"{rel}/{CONFIG}"
+    also = (f" (a {CONFIG} is committed under {_rel(misplaced[0].parent, root)}/; Triton reads only "
+            f"{rel}/{CONFIG})") if misplaced else ""
+    if strict:
+        return [MODEL_CONFIG_MISSING.finding(
+            f"failed to open text file for read {rel}/{CONFIG}: No such file or directory{also}; the server runs "
+            "with auto-complete disabled (--disable-auto-complete-config), so every model folder needs its "
+            f"{CONFIG}", path=where, model=name)]
+    folder = _folder(model_dir)
+    by_file = table()["default_filenames"]
+    backend = next((by_file[f] for f in sorted(folder.version_files) if f in by_file),
+                   name.split(".", 1)[1] if "." in name else None)
+    if backend is None:
+        return [MODEL_CONFIG_MISSING.finding(
+            f"Invalid model name: Could not determine backend for model '{name}' with no backend in model "
+            f"configuration. Expected model name of the form 'model.<backend_name>'. (no {CONFIG} in {rel}/, and no "
+            f"model file Triton knows in its first version folder){also}", path=where, model=name)]
+    if misplaced:
+        return [MODEL_CONFIG_MISSING.finding(
+            f"no {CONFIG} in {rel}/: Triton auto-completes a {backend} configuration from the model file and "
+            f"ignores {where}{also}", path=where, model=name, severity="warning")]
+    return []
 
 
 def _read(model_dir: Path) -> _Model:
@@ -97,12 +146,16 @@ def _findings(model: _Model, issues: Iterable[Issue], root: Path) -> list[Findin
 
 
 def check_repository(repo_dir: Path, *, display_root: Path | None = None,
-                     known_models: set[str] | None = None) -> list[Finding]:
+                     known_models: set[str] | None = None, strict: bool = False) -> list[Finding]:
     """Every static rule over one model repository. `known_models` are names served from elsewhere
-    (ensemble steps may use them); paths in findings are relative to `display_root` (default repo_dir)."""
+    (ensemble steps may use them); paths in findings are relative to `display_root` (default repo_dir).
+    `strict`: the server runs with auto-complete disabled (--disable-auto-complete-config), as this repository's
+    Deployments do; Triton's own default is auto-complete on."""
     root = display_root or repo_dir
     models = _scan(repo_dir)
     findings: list[Finding] = []
+    for model_dir in unconfigured_dirs(repo_dir):
+        findings.extend(_unconfigured(model_dir, root, strict))
     users: dict[str, list[str]] = {}
     for m in models:
         if m.config is not None and is_ensemble(m.config):
@@ -129,6 +182,6 @@ def check_repository(repo_dir: Path, *, display_root: Path | None = None,
             valid.add(m.name)
     by_name = {m.name: m for m in models}
     known = set(known_models or ()) | broken
-    for name, issues in check_ensembles(filled, folders, known, valid).items():
+    for name, issues in check_ensembles(filled, folders, known, valid, strict=strict).items():
         findings.extend(_findings(by_name[name], issues, root))
     return findings

@@ -26,10 +26,16 @@ LIST_FORMATS = ("text", "json", "yaml", "markdown")
 @click.option("--kubernetes-version", default=schemas.DEFAULT_KUBERNETES_VERSION, show_default=True,
               help="Kubernetes version whose schemas built-in objects must satisfy.")
 @click.option("--no-compat", is_flag=True, help="Skip engine-to-GPU compatibility checks.")
+@click.option("--changed-from", "changed_from", metavar="REF", default=None,
+              help="Check per-overlay rules only where the change since git REF can reach (cluster-wide checks "
+                   "still see every cluster whole).")
+@click.option("--no-cache", is_flag=True,
+              help="Render every folder anew (default: reuse renders whose input files are unchanged).")
 @click.option("--list-checks", is_flag=True, help="List every check (code, severity, scope, description) and exit.")
 @click.pass_context
 def command(ctx: click.Context, repo_dir: Path | None, with_triton: bool, output: str | None,
-            kubernetes_version: str, no_compat: bool, list_checks: bool) -> None:
+            kubernetes_version: str, no_compat: bool, changed_from: str | None, no_cache: bool,
+            list_checks: bool) -> None:
     """Render every overlay and Flux path, check schemas, model configurations (ensembles included),
     engine/GPU compatibility and the deployment guides' practices. Exit 0: no errors; 1: errors; 2: bad input."""
     from kubectl_triton.checks.gate import Options, validate_repo
@@ -45,7 +51,7 @@ def command(ctx: click.Context, repo_dir: Path | None, with_triton: bool, output
         raise InputError(f"{repo_dir}: no such directory")
     if not schemas.supported_version(kubernetes_version):
         raise InputError(f"--kubernetes-version {kubernetes_version}: no bundled schemas for that version")
-    repository = Repository.find(repo_dir)
+    repository = Repository.find(repo_dir, tolerant=True)  # malformed files are findings, not exit 2
     root = repository.root
     if with_triton and not _triton_available():
         click.echo("warning: --triton needs the tritonserver of nvidia-pytriton "
@@ -58,7 +64,8 @@ def command(ctx: click.Context, repo_dir: Path | None, with_triton: bool, output
     if output == "text" and sys.stderr.isatty():
         def progress(msg: str) -> None:
             click.echo(f"… {msg}", err=True)
-    findings = validate_repo(root, Options(kubernetes_version, with_triton, not no_compat), progress)
+    findings = validate_repo(root, Options(kubernetes_version, with_triton, not no_compat, not no_cache, changed_from),
+                             progress)
     emit(findings, output, click.echo)
     if has_errors(findings):
         raise click.exceptions.Exit(1)

@@ -1,0 +1,679 @@
+"""Does a fresh cluster converge? An apply-order simulation per cluster over its Flux Kustomizations.
+
+Flux applies each Kustomization only after the ones it `dependsOn` are Ready, and within one Kustomization it
+applies CustomResourceDefinitions and Namespaces before everything else (a server-side dry run of the rest follows).
+So an object can rely on what its own Kustomization creates first, on what every ancestor Kustomization created,
+and on what the cluster provides before Flux runs (kubectl-triton.yaml, `cluster.provides`). From that this module
+reports namespaces and CRDs that do not exist yet when an object is applied, references that resolve to nothing in
+the whole rendered cluster, and `wait: true` Kustomizations holding objects that can never become healthy.
+
+Pure: rendered objects and Flux Kustomization objects in, findings out (`check` is the adapter for validate)."""
+
+from __future__ import annotations
+
+import fnmatch
+from collections import defaultdict
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from kubectl_triton.checks.findings import Finding
+from kubectl_triton.checks.registry import Severity, register
+from kubectl_triton.datafiles import data_text
+from kubectl_triton.formats.schemas import object_id
+from kubectl_triton.gitops import repo
+from kubectl_triton.gitops.layout import ClusterProvides
+from kubectl_triton.gitops.model import Repository
+
+NAMESPACE_MISSING = register(
+    "NamespaceMissing", "error", "cluster",
+    "A namespaced object's Namespace is not created before or with it on a fresh cluster.",
+    "Add the Namespace to the same Kustomization, add `dependsOn` on the Kustomization that creates it, or declare "
+    "it in kubectl-triton.yaml (cluster.provides.namespaces) when the cluster has it already.")
+CRD_MISSING = register(
+    "CRDMissing", "error", "cluster",
+    "A custom resource whose CRD is not installed before it: Flux's server-side dry run fails on a fresh cluster.",
+    "Install the CRD (a CRD object or a HelmRelease of a chart that ships it) in a Kustomization this one "
+    "`dependsOn` (with `wait: true`), or declare the API group in kubectl-triton.yaml (cluster.provides.crds).")
+CLAIM_MISSING = register(
+    "ClaimMissing", "error", "cluster",
+    "A pod template mounts a PersistentVolumeClaim that nothing in the cluster creates.",
+    "Create the PersistentVolumeClaim in the pod's namespace (e.g. in the platform Kustomization) or fix claimName.")
+CONFIGMAP_MISSING = register(
+    "ConfigMapMissing", "error", "cluster",
+    "A pod template uses a ConfigMap (volume, envFrom, valueFrom) that nothing in the cluster creates.",
+    "Create the ConfigMap (a configMapGenerator in the overlay), fix the name, or mark the reference optional.")
+SECRET_MISSING = register(
+    "SecretMissing", "error", "cluster",
+    "A pod template uses a Secret that nothing in the cluster creates and kubectl-triton.yaml does not declare.",
+    "Declare the Secret in kubectl-triton.yaml (cluster.provides.secrets, with the reason: SOPS, external-secrets) "
+    "or create it (never in plain text in git).")
+SERVICE_ACCOUNT_MISSING = register(
+    "ServiceAccountMissing", "error", "cluster",
+    "A pod template runs as a ServiceAccount that nothing in the cluster creates: its pods are never created.",
+    "Add the ServiceAccount to the overlay (base/triton has one) or fix serviceAccountName.")
+SERVICE_SELECTS_NOTHING = register(
+    "ServiceSelectsNothing", "error", "cluster",
+    "A Service's selector matches no pod template in its namespace: it never gets endpoints.",
+    "Make the selector a subset of the pod template's labels (kustomize `labels` with includeSelectors).")
+SCALE_TARGET_MISSING = register(
+    "ScaleTargetMissing", "error", "cluster",
+    "A HorizontalPodAutoscaler's scaleTargetRef names no workload in its namespace.",
+    "Point scaleTargetRef at the Deployment's rendered name (namePrefix included).")
+PDB_SELECTS_NOTHING = register(
+    "PodDisruptionBudgetSelectsNothing", "error", "cluster",
+    "A PodDisruptionBudget's selector matches no pod template in its namespace: it protects nothing.",
+    "Make the selector match the pod template's labels.")
+SERVICEMONITOR_SELECTS_NOTHING = register(
+    "ServiceMonitorSelectsNothing", "error", "cluster",
+    "A ServiceMonitor selects no Service, or no selected Service has the port its endpoints name: nothing is "
+    "scraped.",
+    "Match the selector to the Service's labels and name an existing Service port in endpoints[].port.")
+WAIT_NEVER_HEALTHY = register(
+    "WaitNeverHealthy", "error", "cluster",
+    "A Kustomization with `wait: true` holds an object that cannot become healthy with what the repository "
+    "declares (e.g. a ReadWriteMany PVC without a StorageClass that serves it): it never becomes Ready, and every "
+    "Kustomization that dependsOn it waits forever.",
+    "Name an RWX-capable storageClassName on the PVC, or declare the cluster's StorageClasses in kubectl-triton.yaml "
+    "(cluster.provides.storageClasses, with rwx/default/volumeBindingMode).")
+
+DEPENDENCY_CYCLE = register(
+    "FluxDependencyCycle", "error", "cluster",
+    "Flux Kustomizations depend on each other in a circle: none of them is ever applied.",
+    "Remove one `dependsOn` entry of the circle.")
+
+WORKLOADS = ("Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job", "CronJob", "Pod", "LeaderWorkerSet")
+
+
+@cache
+def _data() -> dict[str, Any]:
+    import yaml
+
+    return yaml.safe_load(data_text("chart_crds.yaml"))
+
+
+def chart_groups(chart: str) -> tuple[str, ...] | None:
+    """API groups the Helm chart installs CRDs of (None: a chart this plugin knows nothing about)."""
+    entry = _data()["charts"].get(chart)
+    return tuple(entry["groups"]) if entry is not None else None
+
+
+def _group(obj: dict) -> str:
+    api = str(obj.get("apiVersion", ""))
+    return api.rpartition("/")[0] if "/" in api else ""
+
+
+def _as_dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _meta(obj: dict) -> dict:
+    meta = obj.get("metadata")
+    return meta if isinstance(meta, dict) else {}
+
+
+def _spec(obj: dict) -> dict:
+    spec = obj.get("spec")
+    return spec if isinstance(spec, dict) else {}
+
+
+def _ns(obj: dict) -> str | None:
+    ns = _meta(obj).get("namespace")
+    return str(ns) if ns else None
+
+
+def _name(obj: dict) -> str:
+    return str(_meta(obj).get("name", ""))
+
+
+@dataclass
+class Applied:
+    """One Flux Kustomization of a cluster and the objects it applies (None: unknown, it did not render)."""
+
+    name: str
+    namespace: str
+    file: str  # repository-relative file declaring the Flux Kustomization
+    path: str  # repository-relative folder it applies
+    spec: dict[str, Any]
+    objects: list[dict] | None
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return self.namespace, self.name
+
+    @property
+    def depends(self) -> list[tuple[str, str]]:
+        deps = self.spec.get("dependsOn")
+        return [(str(d.get("namespace") or self.namespace), str(d.get("name"))) for d in deps
+                if isinstance(d, dict)] if isinstance(deps, list) else []
+
+    @property
+    def waits(self) -> bool:
+        return self.spec.get("wait") is True
+
+    def awaits(self, obj: dict) -> bool:
+        """Does this Kustomization become Ready only after `obj` is healthy (wait, or a healthCheck on it)?"""
+        if self.waits:
+            return True
+        for hc in self.spec.get("healthChecks") or []:
+            if isinstance(hc, dict) and hc.get("kind") == obj.get("kind") and hc.get("name") == _name(obj) \
+                    and (hc.get("namespace") or None) in (None, _ns(obj)):
+                return True
+        return False
+
+
+def effective_objects(ks: Applied) -> list[dict]:
+    """The objects as Flux applies them: spec.targetNamespace overrides every namespaced object's namespace."""
+    target = ks.spec.get("targetNamespace")
+    objects = [o for o in ks.objects or [] if isinstance(o, dict)]
+    if not target:
+        return objects
+    scoped = set(_data()["cluster_scoped_kinds"]["kinds"])
+    out = []
+    for obj in objects:
+        if obj.get("kind") not in scoped:
+            obj = {**obj, "metadata": {**_meta(obj), "namespace": target}}
+        out.append(obj)
+    return out
+
+
+def ancestors(ks: Applied, by_key: dict[tuple[str, str], Applied]) -> list[Applied]:
+    """Every Kustomization `ks` transitively dependsOn (cycles and unknown names are reported elsewhere)."""
+    seen: dict[tuple[str, str], Applied] = {}
+    todo = list(ks.depends)
+    while todo:
+        key = todo.pop()
+        if key in seen or key == ks.key or key not in by_key:
+            continue
+        seen[key] = by_key[key]
+        todo.extend(by_key[key].depends)
+    return list(seen.values())
+
+
+# ------------------------------------------------------------------------------------------------ what exists
+
+
+@dataclass
+class _Provided:
+    """Namespaces and CRD groups, each with who provides it (for messages and dependsOn hints)."""
+
+    namespaces: dict[str, str] = field(default_factory=dict)
+    groups: dict[str, str] = field(default_factory=dict)
+    unawaited: dict[str, str] = field(default_factory=dict)  # group -> HelmRelease whose readiness nobody awaits
+    # what an ancestor applies whose contents are unknown here (a chart this plugin has no data on, a nested Flux
+    # Kustomization of another source): it may install any CRD or namespace, so a missing one is only a warning
+    unknown: list[str] = field(default_factory=list)
+
+
+def _helm_chart(release: dict, objects: list[dict]) -> str | None:
+    spec = _spec(release)
+    chart = ((spec.get("chart") or {}).get("spec") or {}).get("chart") if isinstance(spec.get("chart"), dict) \
+        else None
+    if chart:
+        return str(chart).rsplit("/", 1)[-1]
+    ref = spec.get("chartRef")
+    if isinstance(ref, dict) and ref.get("kind") == "OCIRepository":
+        for obj in objects:
+            if obj.get("kind") == "OCIRepository" and _name(obj) == ref.get("name"):
+                return str(_spec(obj).get("url", "")).rstrip("/").rsplit("/", 1)[-1] or None
+    return None
+
+
+def _release_namespace(release: dict) -> str | None:
+    spec = _spec(release)
+    return str(spec.get("targetNamespace") or spec.get("storageNamespace") or _ns(release) or "") or None
+
+
+def _installs_crds(release: dict) -> bool:
+    install = _spec(release).get("install")
+    return not (isinstance(install, dict) and install.get("crds") == "Skip")
+
+
+def _creates_namespace(release: dict) -> bool:
+    install = _spec(release).get("install")
+    return isinstance(install, dict) and install.get("createNamespace") is True
+
+
+def _add_from(provided: _Provided, ks: Applied, objects: list[dict], ancestor: bool,
+              all_objects: list[dict], provided_keys: frozenset[tuple[str, str]] = frozenset()) -> None:
+    """What `ks`'s objects make available: to itself (Namespaces, CRDs applied first) or, as an ancestor, also
+    what its HelmReleases install."""
+    who = f"Kustomization {ks.name}"
+    for obj in objects:
+        kind = obj.get("kind")
+        if kind == "Namespace" and _group(obj) == "":
+            provided.namespaces.setdefault(_name(obj), f"{who} ({object_id(obj)})")
+        elif kind == "CustomResourceDefinition":
+            group = _spec(obj).get("group")
+            if group:
+                provided.groups.setdefault(str(group), f"{who} ({object_id(obj)})")
+        elif kind == "Kustomization" and _group(obj) == "kustomize.toolkit.fluxcd.io" and ancestor \
+                and (_ns(obj) or ks.namespace, _name(obj)) not in provided_keys:
+            provided.unknown.append(f"Kustomization {_name(obj)} (applied by {who})")
+        elif kind == "HelmRelease" and ancestor:
+            if (_helm_chart(obj, all_objects) is None or chart_groups(str(_helm_chart(obj, all_objects))) is None) \
+                    and _installs_crds(obj):
+                provided.unknown.append(f"HelmRelease {_name(obj)} of {who} (a chart without CRD data here)")
+            if _creates_namespace(obj) and _release_namespace(obj):
+                provided.namespaces.setdefault(str(_release_namespace(obj)), f"HelmRelease {_name(obj)} of {who}")
+            chart = _helm_chart(obj, all_objects)
+            if chart and _installs_crds(obj):
+                for group in chart_groups(chart) or ():
+                    source = f"chart {chart} (HelmRelease {_name(obj)} of {who})"
+                    if ks.awaits(obj):
+                        provided.groups.setdefault(group, source)
+                        provided.unawaited.pop(group, None)
+                    elif group not in provided.groups:
+                        provided.unawaited.setdefault(group, source)
+
+
+def _baseline(provides: ClusterProvides, flux_namespace: str) -> _Provided:
+    data = _data()
+    out = _Provided()
+    for ns in data["builtin_namespaces"]["namespaces"]:
+        out.namespaces[ns] = "Kubernetes"
+    out.namespaces.setdefault(flux_namespace, "flux bootstrap")
+    for group in data["builtin_groups"]["groups"]:
+        out.groups[group] = "Kubernetes"
+    for group in data["flux"]["groups"]:
+        out.groups[group] = "flux bootstrap"
+    for ns in provides.namespaces:
+        out.namespaces.setdefault(ns, provides.file or "kubectl-triton.yaml")
+    for group in provides.crds:
+        out.groups.setdefault(group, provides.file or "kubectl-triton.yaml")
+    return out
+
+
+# ------------------------------------------------------------------------------------------------ the checks
+
+
+def _order_findings(ks: Applied, objects: list[dict], have: _Provided,
+                    elsewhere: _Provided) -> Iterator[Finding]:
+    """Namespaces and CRDs `ks`'s objects need, against what exists when Flux applies it."""
+    missing_ns: dict[str, list[str]] = defaultdict(list)
+    missing_group: dict[str, list[str]] = defaultdict(list)
+    for obj in objects:
+        ns = _ns(obj)
+        if obj.get("kind") == "HelmRelease":
+            spec = _spec(obj)
+            target = spec.get("targetNamespace")
+            if target and not _creates_namespace(obj) and str(target) not in have.namespaces:
+                missing_ns[str(target)].append(f"{object_id(obj)} (spec.targetNamespace)")
+        if ns and ns not in have.namespaces:
+            missing_ns[ns].append(object_id(obj))
+        group = _group(obj)
+        if group not in have.groups:
+            missing_group[group].append(object_id(obj))
+    where = f"Kustomization {ks.name} ({ks.path})"
+    maybe = f"; unless {', '.join(have.unknown[:2])} provides it" if have.unknown else ""
+    severity: Severity | None = "warning" if have.unknown else None
+    for ns, objs in sorted(missing_ns.items()):
+        hint = (f"; {elsewhere.namespaces[ns]} creates it: add it to dependsOn" if ns in elsewhere.namespaces
+                else "; nothing in this cluster creates it: add a Namespace object or declare it in "
+                     "kubectl-triton.yaml (cluster.provides.namespaces)")
+        yield NAMESPACE_MISSING.finding(
+            f"namespace {ns} does not exist when Flux applies {where}: {len(objs)} object(s) fail "
+            f"(\"namespaces {ns} not found\"){hint}{maybe}", path=ks.file, object=objs[0], severity=severity)
+    for group, objs in sorted(missing_group.items()):
+        kinds = sorted({o.split("/", 1)[0] for o in objs})
+        if group in have.unawaited:
+            yield CRD_MISSING.finding(
+                f"{', '.join(kinds)} ({group}) of {where}: the CRDs come from {have.unawaited[group]}, but that "
+                "Kustomization neither waits (wait: true) nor health-checks the HelmRelease, so Flux may apply this "
+                "before the chart is installed", path=ks.file, object=objs[0], severity="warning")
+            continue
+        hint = (f"; {elsewhere.groups[group]} installs it: add it to dependsOn (with wait: true)"
+                if group in elsewhere.groups else
+                "; nothing in this repository installs it (no CRD object, no HelmRelease of a chart known to ship "
+                "it): install it in a Kustomization this one dependsOn, or declare the group in kubectl-triton.yaml "
+                "(cluster.provides.crds)")
+        yield CRD_MISSING.finding(
+            f"{', '.join(kinds)} ({group}) of {where}: no CRD for {group} is installed before it (\"no matches "
+            f"for kind {kinds[0]}\" in Flux's dry run on a fresh cluster){hint}{maybe}", path=ks.file,
+            object=objs[0], severity=severity)
+
+
+def pod_templates(obj: dict) -> list[dict]:
+    """The pod templates (objects with metadata and spec) of a workload."""
+    kind, spec = obj.get("kind"), _spec(obj)
+    if kind == "Pod":
+        return [{"metadata": _meta(obj), "spec": spec}]
+    if kind == "CronJob":
+        spec = ((spec.get("jobTemplate") or {}).get("spec") or {}) if isinstance(spec.get("jobTemplate"), dict) \
+            else {}
+    if kind == "LeaderWorkerSet":
+        lwt = _as_dict(spec.get("leaderWorkerTemplate"))
+        return [t for t in (lwt.get("leaderTemplate"), lwt.get("workerTemplate")) if isinstance(t, dict)]
+    template = spec.get("template")
+    return [template] if isinstance(template, dict) else []
+
+
+def _labels(template: dict) -> dict[str, str]:
+    labels = _meta(template).get("labels")
+    return {str(k): str(v) for k, v in labels.items()} if isinstance(labels, dict) else {}
+
+
+def selector_matches(selector: Any, labels: dict[str, str]) -> bool:
+    """A LabelSelector (matchLabels + matchExpressions) against a label set; an empty selector matches all."""
+    if not isinstance(selector, dict):
+        return False
+    for key, value in (selector.get("matchLabels") or {}).items():
+        if labels.get(str(key)) != str(value):
+            return False
+    for expr in selector.get("matchExpressions") or []:
+        key, op, values = str(expr.get("key")), expr.get("operator"), [str(v) for v in expr.get("values") or []]
+        if (op == "In" and labels.get(key) not in values) or (op == "NotIn" and labels.get(key) in values) \
+                or (op == "Exists" and key not in labels) or (op == "DoesNotExist" and key in labels):
+            return False
+    return True
+
+
+@dataclass
+class _Cluster:
+    """Every object the cluster's Kustomizations render, indexed for reference checks."""
+
+    by_kind: dict[tuple[str, str | None, str], dict] = field(default_factory=dict)  # (kind, ns, name)
+    templates: dict[str | None, list[tuple[dict, dict]]] = field(default_factory=lambda: defaultdict(list))
+    services: dict[str | None, list[dict]] = field(default_factory=lambda: defaultdict(list))
+    claim_templates: set[tuple[str | None, str]] = field(default_factory=set)
+
+    def add(self, obj: dict) -> None:
+        kind, ns = str(obj.get("kind")), _ns(obj)
+        self.by_kind[(kind, ns, _name(obj))] = obj
+        if kind in WORKLOADS:
+            for template in pod_templates(obj):
+                self.templates[ns].append((obj, template))
+            if kind == "StatefulSet":
+                for vct in _spec(obj).get("volumeClaimTemplates") or []:
+                    if isinstance(vct, dict):
+                        self.claim_templates.add((ns, _name(vct)))
+        if kind == "Service" and _group(obj) == "":
+            self.services[ns].append(obj)
+        # Secrets that controllers write from objects of the repository
+        spec = _spec(obj)
+        if kind == "Certificate" and _group(obj) == "cert-manager.io" and spec.get("secretName"):
+            self.by_kind[("Secret", ns, str(spec["secretName"]))] = obj
+        elif kind == "ExternalSecret" and _group(obj) == "external-secrets.io":
+            target = _as_dict(spec.get("target")).get("name") or _name(obj)
+            self.by_kind[("Secret", ns, str(target))] = obj
+        elif kind == "SealedSecret" and _group(obj) == "bitnami.com":
+            self.by_kind[("Secret", ns, _name(obj))] = obj
+
+    def has(self, kind: str, ns: str | None, name: str) -> bool:
+        return (kind, ns, name) in self.by_kind
+
+
+def _pod_refs(template: dict) -> Iterator[tuple[str, str, str]]:
+    """(kind, name, where) of every ConfigMap, Secret, PVC and ServiceAccount a pod template needs."""
+    spec = _spec(template)
+    for vol in spec.get("volumes") or []:
+        if not isinstance(vol, dict):
+            continue
+        where = f"volume {vol.get('name')}"
+        if isinstance(vol.get("persistentVolumeClaim"), dict):
+            yield "PersistentVolumeClaim", str(vol["persistentVolumeClaim"].get("claimName")), where
+        cm = vol.get("configMap")
+        if isinstance(cm, dict) and not cm.get("optional"):
+            yield "ConfigMap", str(cm.get("name")), where
+        secret = vol.get("secret")
+        if isinstance(secret, dict) and not secret.get("optional"):
+            yield "Secret", str(secret.get("secretName")), where
+        projected = vol.get("projected")
+        for source in (projected.get("sources") or []) if isinstance(projected, dict) else []:
+            for key, kind in (("configMap", "ConfigMap"), ("secret", "Secret")):
+                ref = source.get(key) if isinstance(source, dict) else None
+                if isinstance(ref, dict) and not ref.get("optional"):
+                    yield kind, str(ref.get("name")), where
+    for container in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
+        if not isinstance(container, dict):
+            continue
+        where = f"container {container.get('name')}"
+        for env_from in container.get("envFrom") or []:
+            for key, kind in (("configMapRef", "ConfigMap"), ("secretRef", "Secret")):
+                ref = env_from.get(key) if isinstance(env_from, dict) else None
+                if isinstance(ref, dict) and not ref.get("optional"):
+                    yield kind, str(ref.get("name")), f"{where} envFrom"
+        for env in container.get("env") or []:
+            value_from = env.get("valueFrom") if isinstance(env, dict) else None
+            for key, kind in (("configMapKeyRef", "ConfigMap"), ("secretKeyRef", "Secret")):
+                ref = value_from.get(key) if isinstance(value_from, dict) else None
+                if isinstance(ref, dict) and not ref.get("optional"):
+                    yield kind, str(ref.get("name")), f"{where} env {env.get('name')}"
+    account = spec.get("serviceAccountName") or spec.get("serviceAccount")
+    if account and account != "default":
+        yield "ServiceAccount", str(account), "serviceAccountName"
+
+
+_REF_CHECKS = {"PersistentVolumeClaim": CLAIM_MISSING, "ConfigMap": CONFIGMAP_MISSING, "Secret": SECRET_MISSING,
+               "ServiceAccount": SERVICE_ACCOUNT_MISSING}
+
+
+def _reference_findings(ks: Applied, objects: list[dict], cluster: _Cluster,
+                        provides: ClusterProvides) -> Iterator[Finding]:
+    external = [(s.namespace, s.name) for s in provides.secrets]
+    for obj in objects:
+        kind, ns, oid = obj.get("kind"), _ns(obj), object_id(obj)
+        if kind in WORKLOADS:
+            seen: set[tuple[str, str]] = set()
+            for template in pod_templates(obj):
+                for ref_kind, name, where in _pod_refs(template):
+                    if (ref_kind, name) in seen or cluster.has(ref_kind, ns, name):
+                        continue
+                    if ref_kind == "Secret" and any(fnmatch.fnmatchcase(str(ns), n) and fnmatch.fnmatchcase(name, s)
+                                                    for n, s in external):
+                        continue
+                    if [ref_kind, name] in _data()["builtin_namespace_objects"]["objects"]:
+                        continue
+                    if ref_kind == "PersistentVolumeClaim" and any(
+                            n == ns and name.startswith(f"{t}-") for n, t in cluster.claim_templates):
+                        continue
+                    seen.add((ref_kind, name))
+                    extra = (" and kubectl-triton.yaml does not declare it external (cluster.provides.secrets)"
+                             if ref_kind == "Secret" else "")
+                    yield _REF_CHECKS[ref_kind].finding(
+                        f"{where} uses {ref_kind} {ns}/{name}, which no Kustomization of this cluster "
+                        f"creates{extra}: the pods never start", path=ks.path, object=oid)
+        elif kind == "Service" and _group(obj) == "":
+            selector = _spec(obj).get("selector")
+            if isinstance(selector, dict) and selector and not any(
+                    selector_matches({"matchLabels": _without_controller_labels(selector, w)}, _labels(t))
+                    for w, t in cluster.templates[ns]):
+                yield SERVICE_SELECTS_NOTHING.finding(
+                    f"selector {_fmt_labels(selector)} matches no pod template in namespace {ns}: the Service "
+                    "never gets endpoints", path=ks.path, object=oid)
+        elif kind == "HorizontalPodAutoscaler":
+            ref = _spec(obj).get("scaleTargetRef")
+            if isinstance(ref, dict) and not cluster.has(str(ref.get("kind")), ns, str(ref.get("name"))):
+                yield SCALE_TARGET_MISSING.finding(
+                    f"scaleTargetRef {ref.get('kind')}/{ref.get('name')} does not exist in namespace {ns}",
+                    path=ks.path, object=oid)
+        elif kind == "PodDisruptionBudget":
+            selector = _spec(obj).get("selector")
+            if not any(selector_matches(selector, _labels(t)) for _, t in cluster.templates[ns]):
+                yield PDB_SELECTS_NOTHING.finding(
+                    f"selector {_fmt_labels((selector or {}).get('matchLabels') or {})} matches no pod template "
+                    f"in namespace {ns}", path=ks.path, object=oid)
+        elif kind == "ServiceMonitor":
+            yield from _service_monitor(ks, obj, cluster)
+        # HTTPRoute backends (Service and port, in the clusters that apply the route): checks/manifests/routes.py
+
+
+def _without_controller_labels(selector: dict, workload: dict) -> dict:
+    """`selector` less the keys the workload's controller sets on its pods (their values are not in git)."""
+    keys = _data()["controller_pod_labels"].get(str(workload.get("kind")), [])
+    return {k: v for k, v in selector.items()
+            if not any(k == key or (key.endswith("/") and str(k).startswith(key)) for key in keys)}
+
+
+def _fmt_labels(labels: Any) -> str:
+    return "{" + ", ".join(f"{k}={v}" for k, v in sorted((labels or {}).items())) + "}" if isinstance(labels, dict) \
+        else str(labels)
+
+
+def _service_monitor(ks: Applied, obj: dict, cluster: _Cluster) -> Iterator[Finding]:
+    spec, ns, oid = _spec(obj), _ns(obj), object_id(obj)
+    nsel = _as_dict(spec.get("namespaceSelector"))
+    if nsel.get("any"):
+        candidates = [s for services in cluster.services.values() for s in services]
+    else:
+        names = nsel.get("matchNames") or [ns]
+        candidates = [s for n in names for s in cluster.services.get(str(n), [])]
+    selected = [s for s in candidates if selector_matches(spec.get("selector") or {}, _labels(s))]
+    if not selected:
+        scope = "any namespace" if nsel.get("any") else \
+            "namespace " + ", ".join(map(str, nsel.get("matchNames") or [ns]))
+        yield SERVICEMONITOR_SELECTS_NOTHING.finding(
+            f"selector {_fmt_labels((spec.get('selector') or {}).get('matchLabels'))} matches no Service in {scope}: "
+            "Prometheus scrapes nothing", path=ks.path, object=oid)
+        return
+    for endpoint in spec.get("endpoints") or []:
+        port = endpoint.get("port") if isinstance(endpoint, dict) else None
+        if port and not any(p.get("name") == port for s in selected for p in _spec(s).get("ports") or []
+                            if isinstance(p, dict)):
+            yield SERVICEMONITOR_SELECTS_NOTHING.finding(
+                f"endpoint port {port!r} is not a named port of the selected Service(s) "
+                f"({', '.join(object_id(s) for s in selected)}): that endpoint is never scraped",
+                path=ks.path, object=oid)
+
+
+def _storage_classes(provides: ClusterProvides, all_objects: Iterable[dict]) -> tuple[dict[str, Any], str | None]:
+    """name -> (rwx or None when unknown, binding mode), and the default class name."""
+    classes: dict[str, Any] = {c.name: (c.rwx, c.binding_mode) for c in provides.storage_classes}
+    declared = provides.default_class()
+    default = declared.name if declared else None
+    for obj in all_objects:
+        if obj.get("kind") == "StorageClass":
+            mode = str(obj.get("volumeBindingMode") or "Immediate")
+            known = classes.get(_name(obj))
+            classes[_name(obj)] = (known[0] if known else None, mode)
+            annotations = _meta(obj).get("annotations") or {}
+            if str(annotations.get("storageclass.kubernetes.io/is-default-class")) == "true":
+                default = default or _name(obj)
+    return classes, default
+
+
+def _wait_findings(ks: Applied, objects: list[dict], provides: ClusterProvides,
+                   all_objects: list[dict]) -> Iterator[Finding]:
+    """`wait: true` Kustomizations: PersistentVolumeClaims that never bind with the declared StorageClasses."""
+    if not ks.waits:
+        return
+    classes, default = _storage_classes(provides, all_objects)
+    mounted = {str((v.get("persistentVolumeClaim") or {}).get("claimName"))
+               for o in objects if o.get("kind") in WORKLOADS for t in pod_templates(o)
+               for v in _spec(t).get("volumes") or [] if isinstance(v, dict) and v.get("persistentVolumeClaim")}
+    for obj in objects:
+        if obj.get("kind") != "PersistentVolumeClaim" or _group(obj) != "":
+            continue
+        spec, oid = _spec(obj), object_id(obj)
+        modes = [str(m) for m in spec.get("accessModes") or []]
+        rwx = "ReadWriteMany" in modes
+        named = spec.get("storageClassName")
+        if named == "" or spec.get("volumeName"):
+            continue  # bound statically to a PersistentVolume
+        where = f"Kustomization {ks.name} waits for it (wait: true)"
+        cls = named or default
+        if cls is None:
+            if rwx:
+                yield WAIT_NEVER_HEALTHY.finding(
+                    f"ReadWriteMany PVC without storageClassName binds only through the cluster's default "
+                    "StorageClass, and kubectl-triton.yaml declares none (cluster.provides.storageClasses with "
+                    f"default: true, rwx: true): on a default class that is ReadWriteOnce it stays Pending and "
+                    f"{where} forever", path=ks.path, object=oid)
+            continue
+        if cls not in classes:
+            if provides.storage_classes:
+                yield WAIT_NEVER_HEALTHY.finding(
+                    f"storageClassName {cls} is neither a StorageClass of this repository nor declared in "
+                    f"kubectl-triton.yaml: the PVC stays Pending and {where} forever", path=ks.path, object=oid)
+            continue
+        can_rwx, mode = classes[cls]
+        if rwx and can_rwx is False:
+            yield WAIT_NEVER_HEALTHY.finding(
+                f"ReadWriteMany PVC on StorageClass {cls}, which kubectl-triton.yaml declares without rwx: it never "
+                f"binds and {where} forever", path=ks.path, object=oid)
+        elif mode == "WaitForFirstConsumer" and _name(obj) not in mounted:
+            yield WAIT_NEVER_HEALTHY.finding(
+                f"StorageClass {cls} binds on first consumer (WaitForFirstConsumer) and no pod of this "
+                f"Kustomization mounts the PVC: it stays Pending and {where} forever", path=ks.path, object=oid)
+
+
+def cycles(applied: list[Applied]) -> list[list[Applied]]:
+    """Each dependsOn circle once (as the Kustomizations along it, starting from the smallest key)."""
+    by_key = {ks.key: ks for ks in applied}
+    found: dict[tuple[tuple[str, str], ...], list[Applied]] = {}
+
+    def walk(ks: Applied, path: list[Applied]) -> None:
+        if ks in path:
+            circle = path[path.index(ks):]
+            start = min(range(len(circle)), key=lambda i: circle[i].key)
+            circle = circle[start:] + circle[:start]
+            found.setdefault(tuple(k.key for k in circle), circle)
+            return
+        if len(path) > len(applied):
+            return
+        for dep in ks.depends:
+            if dep in by_key:
+                walk(by_key[dep], [*path, ks])
+
+    for ks in applied:
+        walk(ks, [])
+    return list(found.values())
+
+
+def check_cluster(applied: list[Applied], provides: ClusterProvides, flux_namespace: str = "flux-system"
+                  ) -> list[Finding]:
+    """Every convergence finding of one cluster's Flux Kustomizations."""
+    by_key = {ks.key: ks for ks in applied}
+    out_cycles = [DEPENDENCY_CYCLE.finding(
+        "dependsOn circle " + " -> ".join(k.name for k in [*circle, circle[0]]) + ": Flux waits on it forever",
+        path=circle[0].file, object=f"Kustomization/{circle[0].namespace}/{circle[0].name}")
+        for circle in cycles(applied)]
+    effective = {ks.key: effective_objects(ks) for ks in applied}
+    all_objects = [o for objs in effective.values() for o in objs]
+    cluster = _Cluster()
+    for obj in all_objects:
+        cluster.add(obj)
+    everywhere = _Provided()
+    for ks in applied:
+        _add_from(everywhere, ks, effective[ks.key], True, all_objects)
+    out: list[Finding] = out_cycles
+    for ks in applied:
+        if ks.objects is None:
+            continue
+        line = ancestors(ks, by_key)
+        objects = effective[ks.key]
+        if all(a.objects is not None for a in line):  # an unrendered ancestor is reported as such already
+            have = _baseline(provides, flux_namespace)
+            for ancestor in line:
+                _add_from(have, ancestor, effective[ancestor.key], True, all_objects, frozenset(by_key))
+            _add_from(have, ks, objects, False, all_objects)
+            out.extend(_order_findings(ks, objects, have, everywhere))
+        out.extend(_reference_findings(ks, objects, cluster, provides))
+        out.extend(_wait_findings(ks, objects, provides, all_objects))
+    return out
+
+
+def check(root: Path, targets: list[Any], provides: ClusterProvides) -> list[Finding]:
+    """validate's hook: one simulation per cluster folder, over the rendered Flux Kustomization paths."""
+    by_path = {t.path: t for t in targets}
+    layout = Repository.at(root, tolerant=True).layout
+    own = (layout.source_kind, layout.source_name)
+    out: list[Finding] = []
+    for cluster_dir in repo.clusters(root, tolerant=True):
+        applied = []
+        flux_ns = _data()["flux"]["namespace"]
+        for ks in repo.flux_kustomizations(root, cluster_dir, tolerant=True):
+            path = (root / ks.path).resolve()
+            target = by_path.get(path)
+            spec = _as_dict(ks.obj.get("spec"))
+            if path == cluster_dir.resolve():
+                flux_ns = ks.namespace
+            foreign = ks.source_ref[:2] != own and ks.source_ref[0] != ""  # applies another source's files
+            applied.append(Applied(ks.name, ks.namespace, repo.relative(root, ks.file), repo.relative(root, path),
+                                   spec, target.objects if target is not None and target.result is not None
+                                   and not foreign else None))
+        out.extend(check_cluster(applied, provides, flux_ns))
+    return out
+
