@@ -80,3 +80,13 @@ def test_layout_references_are_relative_to_the_writing_folder():
     assert Layout.reference(layout.overlay_dir("m", "l4"), layout.gpu_component("l4")) == "../../gpus/l4"
     assert Layout.reference(layout.overlay_dir("m", "l4"), layout.base("triton")) == "../../../base/triton"
     assert Layout.reference("overlays/m/l4", "platform/bases/triton") == "../../../platform/bases/triton"
+
+
+def test_validate_points_findings_at_the_moved_model_files(run_cli, moved: Path):
+    config = moved / "deploy/models/image-classifier/image_classifier/config.pbtxt"
+    config.write_text(config.read_text().replace("preferred_batch_size: [ 8, 16, 32 ]",
+                                                 "preferred_batch_size: [ 8, 16, 64 ]"))
+    found = [f for f in errors(run_cli, moved) if f["code"] == "DynamicBatching"]
+    assert found, "a preferred batch size above max_batch_size must be an error"
+    assert {f["path"] for f in found} == {"deploy/models/image-classifier/image_classifier/config.pbtxt"}
+    assert all(f["line"] == 12 for f in found)

@@ -122,8 +122,9 @@ def validate_repo(root: Path, options: Options | None = None,
                                       path=p.path, line=p.line) for p in problems]
     broken = {root / p.path for p in problems}
     provides = _provides(root, findings)
-    findings += _metadata_findings(root, broken)
-    targets = _targets(root, findings)
+    layout = Repository.at(root, tolerant=True).layout
+    findings += _metadata_findings(root, layout, broken)
+    targets = _targets(root, layout, findings)
     # A folder whose own kustomization file is malformed is reported above, not rendered again.
     targets = [t for t in targets if repo.kustomization_file(t.path) not in broken]
     say(f"rendering {len(targets)} kustomizations")
@@ -149,7 +150,7 @@ def validate_repo(root: Path, options: Options | None = None,
     rendered = [t for t in targets if t.objects]
     # Per-folder checks run where the change can reach; cluster-wide checks always see every folder.
     local = rendered if options.changed_from is None else \
-        _affected(root, rendered, options.changed_from, cache.inputs if cache is not None else {})
+        _affected(root, layout, rendered, options.changed_from, cache.inputs if cache is not None else {})
     say("checking schemas")
     schema_findings = _schema_findings(local, options.kubernetes_version)
     findings += schema_findings
@@ -160,9 +161,9 @@ def validate_repo(root: Path, options: Options | None = None,
                           and (target.rel, schemas.object_id(o)) not in invalid]
     findings += _duplicate_findings(root, rendered)
     say("checking model repositories")
-    findings += _model_findings(root, local, options)
+    findings += _model_findings(root, layout, local, options)
     if options.compat:
-        findings += _compat_findings(root, local)
+        findings += _compat_findings(root, layout, local)
     for repo_check in (*LOCAL_CHECKS, *CLUSTER_CHECKS):
         try:
             findings += repo_check(root, local if repo_check in LOCAL_CHECKS else rendered)
@@ -174,11 +175,11 @@ def validate_repo(root: Path, options: Options | None = None,
     return _dedupe(findings)
 
 
-def _affected(root: Path, rendered: list[Target], ref: str, known: dict[Path, inputs.Inputs]) -> list[Target]:
+def _affected(root: Path, layout: Layout, rendered: list[Target], ref: str,
+              known: dict[Path, inputs.Inputs]) -> list[Target]:
     """The rendered folders a change since `ref` can affect: those whose build inputs changed, the overlays of a
     changed model's folder, the paths of changed Flux files. A change outside the layout's overlays, bases, models
     and clusters folders (the layout file, say) affects everything."""
-    layout = Repository.at(root, tolerant=True).layout
     changed = inputs.changed_files(root, ref)
     top = root.resolve()
     rels = [c.relative_to(top).as_posix() for c in changed if top in c.parents]
@@ -214,10 +215,11 @@ def _provides(root: Path, findings: list[Finding]) -> ClusterProvides:
         return ClusterProvides(file=LAYOUT_FILE)
 
 
-def _metadata_findings(root: Path, broken: set[Path]) -> list[Finding]:
-    """models/*/model.yaml files that parse but have fields of the wrong shape."""
+def _metadata_findings(root: Path, layout: Layout, broken: set[Path]) -> list[Finding]:
+    """The models' model.yaml files that parse but have fields of the wrong shape."""
     out = []
-    for meta_file in sorted((root / "models").glob("*/model.yaml")) if (root / "models").is_dir() else []:
+    models = root / layout.models
+    for meta_file in sorted(models.glob("*/model.yaml")) if models.is_dir() else []:
         if meta_file in broken:
             continue
         rel = repo.relative(root, meta_file)
@@ -230,7 +232,7 @@ def _metadata_findings(root: Path, broken: set[Path]) -> list[Finding]:
     return out
 
 
-def _targets(root: Path, findings: list[Finding]) -> list[Target]:
+def _targets(root: Path, layout: Layout, findings: list[Finding]) -> list[Target]:
     targets: dict[Path, Target] = {}
 
     def add(path: Path) -> Target:
@@ -246,7 +248,6 @@ def _targets(root: Path, findings: list[Finding]) -> list[Target]:
             add(cluster)
     flux = repo.flux_kustomizations(root, tolerant=True)
     names = {(k.namespace, k.name) for k in flux}
-    layout = Repository.at(root, tolerant=True).layout
     for ks in flux:
         rel_file = repo.relative(root, ks.file)
         where = f"Kustomization/{ks.namespace}/{ks.name}"
@@ -326,7 +327,7 @@ def _duplicate_findings(root: Path, targets: list[Target]) -> list[Finding]:
     return out
 
 
-def _model_findings(root: Path, targets: list[Target], options: Options) -> list[Finding]:
+def _model_findings(root: Path, layout: Layout, targets: list[Target], options: Options) -> list[Finding]:
     out: list[Finding] = []
     checked: dict[str, tuple[list[Finding], practices.ModelFacts]] = {}
     with tempfile.TemporaryDirectory(prefix="kubectl-triton-validate-") as tmp:
@@ -337,7 +338,7 @@ def _model_findings(root: Path, targets: list[Target], options: Options) -> list
                 data = cm.get("data") or {}
                 digest = hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
                 if digest not in checked:
-                    checked[digest] = _check_assembled(root, target, data, Path(tmp) / digest, options,
+                    checked[digest] = _check_assembled(root, layout, target, data, Path(tmp) / digest, options,
                                                        check_repository, load_repository)
                 found, facts = checked[digest]
                 out += found
@@ -346,7 +347,7 @@ def _model_findings(root: Path, targets: list[Target], options: Options) -> list
     return out
 
 
-def _check_assembled(root: Path, target: Target, data: dict[str, str], dest: Path, options: Options,
+def _check_assembled(root: Path, layout: Layout, target: Target, data: dict[str, str], dest: Path, options: Options,
                      check_repository: Any, load_repository: Any) -> tuple[list[Finding], Any]:
     dest.mkdir(parents=True)
     try:
@@ -362,7 +363,7 @@ def _check_assembled(root: Path, target: Target, data: dict[str, str], dest: Pat
         facts = practices.model_facts(load_repository(dest))
     except TritonCtlError:
         facts = practices.ModelFacts(False, False)
-    return [_source_path(root, target, instance, dest, f) for f in found], facts
+    return [_source_path(root, layout, target, instance, dest, f) for f in found], facts
 
 
 STRICT_FLAG = "--disable-auto-complete-config"
@@ -398,20 +399,21 @@ def _instance(objects: list[dict]) -> str | None:
     return None
 
 
-def _source_path(root: Path, target: Target, instance: str | None, dest: Path, finding: Finding) -> Finding:
+def _source_path(root: Path, layout: Layout, target: Target, instance: str | None, dest: Path,
+                 finding: Finding) -> Finding:
     """Point a finding about the assembled repository at the committed file it came from."""
     if not finding.path:
         return replace(finding, path=target.rel)
     assembled = dest / finding.path
     if instance:
-        source = root / "models" / instance / finding.path
+        source = root / layout.model_dir(instance) / finding.path
         if source.is_file() and assembled.is_file() and source.read_bytes() == assembled.read_bytes():
             return replace(finding, path=repo.relative(root, source))
     return replace(finding, path=f"{target.rel} (assembled {finding.path})")
 
 
-def _compat_findings(root: Path, targets: list[Target]) -> list[Finding]:
-    overlays = [t.result for t in targets if t.result is not None and t.rel.startswith("overlays/")]
+def _compat_findings(root: Path, layout: Layout, targets: list[Target]) -> list[Finding]:
+    overlays = [t.result for t in targets if t.result is not None and t.rel.startswith(f"{layout.overlays}/")]
     try:
         return check_repo(root, overlays)
     except TritonCtlError as err:

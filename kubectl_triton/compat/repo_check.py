@@ -19,7 +19,7 @@ from kubectl_triton.formats import pbtxt
 from kubectl_triton.formats.yamlio import load_all, loads_all
 from kubectl_triton.gitops import repo
 from kubectl_triton.gitops.labels import INSTANCE_LABEL, PRODUCT_LABEL
-from kubectl_triton.gitops.model import Repository
+from kubectl_triton.gitops.model import Layout, Repository
 
 # The compat rules' reason codes as registered checks (severity: the worst a rule reports; rules may grade lower).
 _DECLARED: tuple[tuple[str, Severity, str, str], ...] = (
@@ -354,13 +354,14 @@ def matrix(root: Path, *, model: str | None = None, gpu: str | None = None,
     return results, failures
 
 
-def to_findings(results: Iterable[Result]) -> list[Finding]:
-    """Results as validate findings: every reason of every pair, on the overlay that deploys it."""
+def to_findings(results: Iterable[Result], layout: Layout) -> list[Finding]:
+    """Results as validate findings: every reason of every pair, on the overlay that deploys it (or, for a
+    model no overlay deploys, on the model's folder)."""
     out = []
     for r in results:
         for reason in r.reasons:
             out.append(CHECKS[reason.code].finding(f"on {r.gpu}: {reason.message}", severity=reason.severity,
-                                                   path=r.overlay or f"models/{r.model}", model=r.model))
+                                                   path=r.overlay or layout.model_dir(r.model or ""), model=r.model))
     return out
 
 
@@ -369,4 +370,4 @@ def check_repo(root: Path, rendered: Iterable[Any] | None = None) -> list[Findin
     results of kustomize.build_many over repo.overlays(root)) to avoid rendering twice; render
     failures are left to validate."""
     results, _ = matrix(root, rendered=rendered, skip_invalid=True)
-    return to_findings(results)
+    return to_findings(results, Repository.at(root, tolerant=True).layout)

@@ -124,6 +124,8 @@ def command(name: str, backend: str, gpus: tuple[str, ...], cluster: str | None,
     apply_plan(root, todo, dry_run)
     if dry_run:
         return
-    overlays = " ".join(f"overlays/{name}/{g}" for g in opts.gpus)
-    click.echo(f"next: kubectl triton render {overlays} && git add models/{name} overlays/{name} clusters", err=True)
+    layout = facts.layout
+    overlays = " ".join(layout.overlay_dir(name, g) for g in opts.gpus)
+    click.echo(f"next: kubectl triton render {overlays} && git add {layout.model_dir(name)} "
+               f"{layout.overlay_dir(name)} {layout.clusters}", err=True)
 
