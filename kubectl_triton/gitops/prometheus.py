@@ -240,6 +240,9 @@ def _adapter_endpoint(url: str) -> tuple[str, int, str]:
 
 
 HEADERS = {
+    "triton/networkpolicy.yaml":
+        "Inference ports only from namespaces labelled as Triton clients; metrics only from the namespace of the\n"
+        "cluster's existing Prometheus (kubectl-triton.yaml `monitoring.namespace`).",
     "triton/servicemonitor.yaml":
         "Scraped by the cluster's existing Prometheus (kubectl-triton.yaml `monitoring:`), which selects\n"
         "ServiceMonitors by the labels below (serviceMonitorSelector). The Prometheus Operator labels every series\n"
@@ -274,6 +277,15 @@ def existing_files(files: dict[str, str], layout: Layout, infrastructure: str) -
          HEADERS["monitoring/prometheusrule.yaml"])
     if mon.namespace != "monitoring":
         edit(f"{layout.bases}/monitoring/kustomization.yaml", lambda doc: doc.__setitem__("namespace", mon.namespace))
+
+        def metrics_peer(doc: Any) -> None:  # the metrics port opens to the namespace Prometheus scrapes from
+            for rule in doc["spec"]["ingress"]:
+                for peer in rule.get("from") or []:
+                    labels = (peer.get("namespaceSelector") or {}).get("matchLabels") or {}
+                    if labels.get("kubernetes.io/metadata.name") == "monitoring":
+                        labels["kubernetes.io/metadata.name"] = mon.namespace
+
+        edit(f"{layout.bases}/triton/networkpolicy.yaml", metrics_peer, HEADERS["triton/networkpolicy.yaml"])
 
     def keda(doc: Any) -> None:
         for trigger in doc["spec"]["triggers"]:
