@@ -129,7 +129,8 @@ def test_init_for_an_existing_prometheus_named_on_the_command_line(run_cli, tmp_
     assert set(before) - set(after) == {"infrastructure/helmrelease-kube-prometheus-stack.yaml"}
     assert {p for p in after if after[p] != before[p]} == {
         "kubectl-triton.yaml", "base/triton/servicemonitor.yaml", "base/monitoring/prometheusrule.yaml",
-        "base/monitoring/kustomization.yaml", "base/triton/networkpolicy.yaml", "overlays/autoscaling/keda/scaledobject.yaml",
+        "base/monitoring/kustomization.yaml", "base/triton/networkpolicy.yaml",
+        "overlays/autoscaling/keda/scaledobject.yaml",
         "infrastructure/kustomization.yaml", "infrastructure/helmrelease-prometheus-adapter.yaml",
         "infrastructure/helmrelease-gpu-operator.yaml"}
     infra = {d["metadata"]["name"]: d for d in yamlio.loads_all(kustomize.build(existing / "infrastructure").yaml, "x")

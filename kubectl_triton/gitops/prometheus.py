@@ -87,7 +87,7 @@ def _match_labels(selector: Any, kind: str, what: str, notes: list[str]) -> dict
 def _namespace(root: Path, top: Path, file: Path, obj: dict[str, Any]) -> str:
     """Where a found object lands: its own namespace, else that of the nearest kustomization.yaml between its
     folder and the Flux path `top` (kustomize sets it), else the HelmRelease's targetNamespace rule's default."""
-    meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+    meta = _mapping(obj.get("metadata"))
     if meta.get("namespace"):
         return str(meta["namespace"])
     folder = file.parent
@@ -97,9 +97,13 @@ def _namespace(root: Path, top: Path, file: Path, obj: dict[str, Any]) -> str:
             for doc in _load(kfile):
                 if doc.get("namespace"):
                     return str(doc["namespace"])
-        if folder == top or folder == root or top not in folder.parents:
+        if folder in (top, root) or top not in folder.parents:
             return "monitoring"
         folder = folder.parent
+
+
+def _mapping(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
 
 
 def _load(path: Path) -> list[dict[str, Any]]:
@@ -131,7 +135,7 @@ def find_prometheus(root: Path, kustomizations: list[FluxKustomization]) -> list
         rel = f.relative_to(root).as_posix()
         for doc in docs:
             api, kind = str(doc.get("apiVersion", "")), doc.get("kind")
-            spec = doc.get("spec") if isinstance(doc.get("spec"), dict) else {}
+            spec = _mapping(doc.get("spec"))
             notes: list[str] = []
             if api.startswith("helm.toolkit.fluxcd.io/") and kind == "HelmRelease" \
                     and chart_name(doc, sources) == STACK_CHART:
@@ -249,9 +253,9 @@ HEADERS = {
         "with namespace, service, pod, container and endpoint: the dashboard, the alerts and prometheus-adapter rely\n"
         "on namespace, service and pod.",
     "monitoring/prometheusrule.yaml":
-        "Recording rules and alerts for every Triton model. Every alert names the model; `kubectl triton status MODEL`\n"
-        "explains a failing rollout. The labels below are what the cluster's existing Prometheus selects rules by\n"
-        "(kubectl-triton.yaml `monitoring.ruleSelector`).\n"
+        "Recording rules and alerts for every Triton model. Every alert names the model; `kubectl triton status\n"
+        "MODEL` explains a failing rollout. The labels below are what the cluster's existing Prometheus selects\n"
+        "rules by (kubectl-triton.yaml `monitoring.ruleSelector`).\n"
         "promtool unit tests for every alert: base/monitoring/tests/ (run by `make test`; add your own cases there).",
     "helmrelease-prometheus-adapter.yaml":
         "prometheus-adapter: serves Triton's per-model queue-to-compute ratio to the HorizontalPodAutoscalers as the\n"

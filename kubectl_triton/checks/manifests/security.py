@@ -344,7 +344,8 @@ def check_network_policies(source: str, objects: list[dict], metrics_namespace: 
                     if not peers:
                         why = "it has no 'from', so it admits every source"
                     else:
-                        why = next((w for w in (_peer_problem(p, metrics, metrics_namespace) for p in peers) if w), None)
+                        why = next((w for w in (_peer_problem(p, metrics, metrics_namespace) for p in peers) if w),
+                                   None)
                     if why:
                         out.append(CHECKS[code].finding(f"ingress rule {i + 1} opens "
                                            f"{', '.join(hit)}: {why}", path=source, object=_oid(policy)))

@@ -41,7 +41,8 @@ def command(directory: Path, gpus: tuple[str, ...], cluster: str | None, source:
     kubectl-triton.yaml (the layout every command reads). In an existing Flux repository it detects the cluster
     folders, the repository's own source, the infrastructure Kustomizations and a Prometheus already deployed
     (--monitoring existing: monitors and rules get its selector labels, no kube-prometheus-stack is added), never
-    rewrites a file and only appends to a cluster's kustomization.yaml. Running it again changes nothing; a failed run writes nothing."""
+    rewrites a file and only appends to a cluster's kustomization.yaml. Running it again changes nothing; a failed
+    run writes nothing."""
     from kubectl_triton.errors import InputError
 
     if not directory.is_dir():
