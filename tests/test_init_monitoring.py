@@ -19,6 +19,7 @@ from tests.conftest import REPO
 from tests.test_init import CORPUS, ONNX, adopt, git, tree
 
 MONITORING_EXAMPLE = Path(__file__).parent / "fixtures" / "flux2-monitoring-example"
+KUBE_PROMETHEUS = Path(__file__).parent / "fixtures" / "kube-prometheus"
 URL = "http://prom-kube-prometheus-stack-prometheus.observability.svc.cluster.local:9090"
 
 pytestmark = pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl (kustomize) is not on PATH")
@@ -237,3 +238,37 @@ def test_a_chart_ref_names_its_chart_through_the_oci_repository():
     renamed = {**source, "spec": {**source["spec"], "url": "oci://ghcr.io/example/charts/victoria-metrics-k8s-stack"}}
     assert monitoring.chart_name(release, {("OCIRepository", "kube-prometheus-stack"): renamed}) != \
         "kube-prometheus-stack"
+
+
+def test_a_deployed_prometheus_object_is_found_with_its_selectors(run_cli, tmp_path):
+    """kube-prometheus's own Prometheus (all selectors {}: it selects everything) in the multi-tenancy example."""
+    root = adopt("flux2-multi-tenancy", tmp_path)
+    stack = root / "infrastructure/monitoring"
+    stack.mkdir()
+    shutil.copy(KUBE_PROMETHEUS / "prometheus-prometheus.yaml", stack)
+    (stack / "kustomization.yaml").write_text(yaml.safe_dump(
+        {"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+         "resources": ["prometheus-prometheus.yaml"]}))
+    flux = yaml.safe_load((root / "clusters/production/infrastructure.yaml").read_text().split("---")[0])
+    flux["metadata"]["name"], flux["spec"]["path"] = "monitoring-stack", "./infrastructure/monitoring"
+    (root / "clusters/production/monitoring-stack.yaml").write_text(yaml.safe_dump(flux))
+    result = run_cli("init", str(root), "--gpu", "l4")
+    assert result.exit_code == 0, result.stderr
+    assert ("monitoring: existing, found Prometheus k8s (infrastructure/monitoring/prometheus-prometheus.yaml): "
+            "Prometheus at http://prometheus-operated.monitoring.svc:9090") in result.stderr
+    section = yaml.safe_load((root / "kubectl-triton.yaml").read_text())["monitoring"]
+    assert section["serviceMonitorSelector"] == section["podMonitorSelector"] == section["ruleSelector"] == {}
+    # nothing to add: the installed stack's release label is dropped rather than kept as a stray label
+    assert "labels" not in yaml.safe_load((root / "base/triton/servicemonitor.yaml").read_text())["metadata"]
+    assert run_cli("add-model", "resnet", "--repo", str(root), *ONNX, "--gpu", "l4").exit_code == 0
+    _, found = report(run_cli, root)
+    assert not codes(found, "MonitorNotSelected") and not codes(found, "MonitorsNotJudged"), found
+
+
+def test_a_layout_file_without_the_section_is_not_rewritten_for_another_stack(run_cli, tmp_path):
+    (tmp_path / "kubectl-triton.yaml").write_text("namespace: triton\n")
+    result = run_cli("init", str(tmp_path), "--gpu", "l4", "--prometheus-selector", "release=prometheus")
+    assert result.exit_code == 2, result.stderr
+    assert "kubectl-triton.yaml exists without a `monitoring:` section (install mode); init does not rewrite it" \
+        in result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["kubectl-triton.yaml"]

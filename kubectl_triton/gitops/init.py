@@ -470,9 +470,11 @@ def _monitoring(root: Path, layout: Layout, cluster: str, adopted: bool, opts: I
             wanted, _, _ = prometheus.choose(layout, None, root, opts.monitoring or "existing", opts.prometheus_url,
                                              opts.prometheus_selectors)
             if replace(wanted, declared=False) != replace(declared, declared=False):
-                raise InputError(f"{LAYOUT_FILE} already declares the monitoring stack (mode {declared.mode}); "
-                                 "init does not change it", hint=f"edit `monitoring:` in {LAYOUT_FILE}, then fix "
-                                 "what `kubectl triton validate` reports (MonitorNotSelected)")
+                what = f"already declares the monitoring stack (mode {declared.mode})" if declared.declared else \
+                    "exists without a `monitoring:` section (install mode)"
+                raise InputError(f"{LAYOUT_FILE} {what}; init does not rewrite it",
+                                 hint=f"edit `monitoring:` in {LAYOUT_FILE} (docs/layout-file.md), then fix what "
+                                 "`kubectl triton validate` reports (MonitorNotSelected)")
         return layout
     own = [k for c in Repository(root, layout).clusters if c.name == cluster for k in c.kustomizations
            if layout.is_own_source(*k.source_ref)] if adopted else None
