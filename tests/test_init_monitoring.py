@@ -221,12 +221,17 @@ def test_bad_monitoring_options_are_one_line_and_write_nothing(run_cli, tmp_path
     ({"mode": "existing", "ruleSelector": {"bad key!": "x"}}, "monitoring/ruleSelector"),
     ({"mode": "elsewhere"}, "monitoring/mode"),
 ])
-def test_a_bad_monitoring_section_is_one_line_naming_the_layout_file(run_cli, tmp_path, section, message):
+def test_a_bad_monitoring_section_is_a_layout_finding_and_a_one_line_init_error(run_cli, tmp_path, section,
+                                                                                message):
     (tmp_path / "kubectl-triton.yaml").write_text(yaml.safe_dump({"monitoring": section}))
-    result = run_cli("validate", str(tmp_path))
+    result = run_cli("validate", str(tmp_path), "-o", "json")
+    assert result.exit_code == 1 and "Traceback" not in result.stderr
+    assert [f for f in json.loads(result.stdout)["findings"]
+            if f["code"] == "LayoutInvalid" and message in f["message"]], result.stdout
+    result = run_cli("init", str(tmp_path), "--gpu", "l4")
     assert result.exit_code == 2 and "kubectl-triton.yaml" in result.stderr and message in result.stderr, \
         result.stderr
-    assert "Traceback" not in result.stderr
+    assert "Traceback" not in result.stderr and sorted(p.name for p in tmp_path.iterdir()) == ["kubectl-triton.yaml"]
 
 
 def test_a_chart_ref_names_its_chart_through_the_oci_repository():

@@ -266,7 +266,7 @@ def _judges(root: Path, targets: list[Any]) -> tuple[list[tuple[str, dict[str, d
     """(who, kind -> selector) of each Prometheus the repository's monitors are judged against, and why there is
     none when the list is empty. Existing mode: the layout file's declared Prometheus; else every
     kube-prometheus-stack HelmRelease the repository renders (install mode)."""
-    declared = Layout.load(root).prometheus
+    declared = Layout.load(root, tolerant=True).prometheus  # a malformed file is LayoutInvalid; defaults here
     if declared.existing:
         return [(f"the existing Prometheus of {LAYOUT_FILE} ({declared.url})",
                  {kind: {"matchLabels": declared.labels(kind)} for kind in SELECTOR_KEYS})], ""

@@ -100,7 +100,7 @@ def check(root: Path, targets: list[Any]) -> list[Finding]:
     """Every security finding for the rendered `targets` and the model metadata under `root`. The metrics port may
     open to the namespace of the layout file's existing Prometheus (`monitoring.namespace`), else `monitoring`."""
     out: list[Finding] = []
-    metrics_namespace = Repository.at(root).layout.prometheus.namespace
+    metrics_namespace = Repository.at(root, tolerant=True).layout.prometheus.namespace
     for target in targets:
         out += check_objects(target.rel, target.objects, metrics_namespace)
     out += check_model_metadata(root)
