@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import io
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +20,10 @@ from kubectl_triton.datafiles import data_file
 from kubectl_triton.errors import InputError
 from kubectl_triton.formats.yamledit import edit_resources
 from kubectl_triton.formats.yamlio import load_all
+from kubectl_triton.gitops import prometheus
 from kubectl_triton.gitops.model import (
     LAYOUT_FILE,
+    MONITORING_MODES,
     SOURCE_KINDS,
     FluxKustomization,
     Layout,
@@ -40,11 +42,16 @@ INFRASTRUCTURE = "infrastructure"  # name of the GPU Operator / prometheus-adapt
 
 @dataclass(frozen=True)
 class InitOptions:
-    """What `init` was asked for: GPU types (empty: the whole catalog), cluster folder, own source KIND/NAME."""
+    """What `init` was asked for: GPU types (empty: the whole catalog), cluster folder, own source KIND/NAME,
+    the monitoring stack (install, existing; None: existing when the repository deploys a Prometheus) and, for an
+    existing one, its URL and `[KIND:]KEY=VALUE` selector labels."""
 
     gpus: tuple[str, ...] = ()
     cluster: str | None = None
     source: str | None = None
+    monitoring: str | None = None
+    prometheus_url: str | None = None
+    prometheus_selectors: tuple[str, ...] = ()
 
 
 @dataclass
@@ -218,12 +225,18 @@ def cluster_provides(layout: Layout, *, infrastructure: bool) -> dict[str, Any]:
             {"group": "inference.networking.k8s.io", "reason": "assumed: the cluster's inference gateway installs "
              "the Inference Extension CRDs (add-model --route inferencepool)"}]
     provides: dict[str, Any] = {}
+    mon = layout.prometheus
     if not infrastructure:
-        provides["namespaces"] = [{"name": "monitoring", "reason": "assumed: the cluster's monitoring stack runs "
+        provides["namespaces"] = [{"name": mon.namespace, "reason": "assumed: the cluster's monitoring stack runs "
                                    "there (base/monitoring is applied into it)"}]
         crds += [{"group": group, "reason": f"assumed: the cluster installs the {what} CRDs"}
                  for group, what in (("monitoring.coreos.com", "Prometheus Operator"), ("keda.sh", "KEDA"),
                                      ("leaderworkerset.x-k8s.io", "LeaderWorkerSet"))]
+    if infrastructure and mon.existing:
+        provides["namespaces"] = [{"name": mon.namespace, "reason": "the existing Prometheus runs there "
+                                   f"({LAYOUT_FILE} monitoring; base/monitoring is applied into it)"}]
+        crds += [{"group": "monitoring.coreos.com", "reason": "the existing monitoring stack installs the Prometheus "
+                  "Operator CRDs"}]
     provides["crds"] = crds
     provides["storageClasses"] = [{"name": "default", "default": True, "rwx": True,
                                    "volumeBindingMode": "Immediate",
@@ -245,7 +258,7 @@ def layout_file(layout: Layout, *, infrastructure: bool = True) -> str:
         flux["sourceRef"]["namespace"] = layout.source_namespace
     doc = {"paths": {"bases": layout.bases, "gpus": layout.gpus, "overlays": layout.overlays,
                      "models": layout.models, "clusters": layout.clusters},
-           "namespace": layout.namespace, "flux": flux,
+           "namespace": layout.namespace, "flux": flux, "monitoring": layout.prometheus.section(),
            "cluster": cluster_provides(layout, infrastructure=infrastructure)}
     return dump(doc, "kubectl-triton: this repository's layout (written by `kubectl triton init`; every command "
                      "reads it).\nKeys: kubectl_triton/data/kubectl-triton.schema.json in the installed package. "
@@ -396,6 +409,7 @@ def plan_init(root: Path, opts: InitOptions) -> InitPlan:
     if not root.is_dir():
         raise InputError(f"{root}: not a directory")
     layout, cluster, adopted, notes = detect(root, opts)
+    layout = _monitoring(root, layout, cluster, adopted, opts, notes)
     register(layout.gpu_types)
     wanted = opts.gpus or tuple(gpus())
     for key in wanted:
@@ -414,6 +428,8 @@ def plan_init(root: Path, opts: InitOptions) -> InitPlan:
     cluster_dir = root / layout.cluster_dir(cluster)
     proposed.update(cluster_files(layout, cluster, infrastructure=not adopted and fresh_cluster))
     proposed[WORKFLOW] = workflow()
+    if layout.prometheus.existing:
+        proposed = prometheus.existing_files(proposed, layout, INFRASTRUCTURE)
     out = InitPlan(layout, cluster, adopted, review=notes)
     models_list = f"{layout.cluster_dir(cluster)}/models/kustomization.yaml"  # add-model appends to it
     for rel, text in proposed.items():
@@ -439,6 +455,36 @@ def plan_init(root: Path, opts: InitOptions) -> InitPlan:
                           f"--path={layout.cluster_dir(cluster)} ...`): it adds the flux-system source these "
                           f"Kustomizations use ({layout.source})")
     return out
+
+
+def _monitoring(root: Path, layout: Layout, cluster: str, adopted: bool, opts: InitOptions,
+                notes: list[str]) -> Layout:
+    """`layout` with the monitoring stack chosen (prometheus.choose); with a layout file, the one it declares (a
+    different --monitoring, --prometheus-url or --prometheus-selector is a usage error: edit the file)."""
+    if opts.monitoring is not None and opts.monitoring not in MONITORING_MODES:
+        raise InputError(f"--monitoring {opts.monitoring!r}: one of {', '.join(MONITORING_MODES)}")
+    if (root / LAYOUT_FILE).is_file():
+        declared = layout.prometheus
+        asked = opts.monitoring is not None or opts.prometheus_url is not None or opts.prometheus_selectors
+        if asked:
+            wanted, _, _ = prometheus.choose(layout, None, root, opts.monitoring or "existing", opts.prometheus_url,
+                                             opts.prometheus_selectors)
+            if replace(wanted, declared=False) != replace(declared, declared=False):
+                what = f"already declares the monitoring stack (mode {declared.mode})" if declared.declared else \
+                    "exists without a `monitoring:` section (install mode)"
+                raise InputError(f"{LAYOUT_FILE} {what}; init does not rewrite it",
+                                 hint=f"edit `monitoring:` in {LAYOUT_FILE} (docs/layout-file.md), then fix what "
+                                 "`kubectl triton validate` reports (MonitorNotSelected)")
+        return layout
+    own = [k for c in Repository(root, layout).clusters if c.name == cluster for k in c.kustomizations
+           if layout.is_own_source(*k.source_ref)] if adopted else None
+    chosen, after, more = prometheus.choose(layout, own, root, opts.monitoring, opts.prometheus_url,
+                                            opts.prometheus_selectors)
+    notes += more
+    if after is not None:
+        notes.append(f"models and monitoring also wait for {after}, which deploys that Prometheus")
+        layout = replace(layout, depends_on=(after, *layout.depends_on))
+    return replace(layout, prometheus=chosen)
 
 
 def _append_to_cluster_list(root: Path, layout: Layout, cluster: str, proposed: dict[str, str],

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from kubectl_triton.compat.catalog import GPU, register
 from kubectl_triton.datafiles import data_text
@@ -37,6 +38,75 @@ CONFIG = "config.pbtxt"
 
 SOURCE_KINDS = ("GitRepository", "OCIRepository", "Bucket", "ExternalArtifact")
 
+# The monitoring stack: `install` (the repository's kube-prometheus-stack HelmRelease) or `existing` (a Prometheus
+# the cluster already runs, described by the layout file's `monitoring:` section).
+MONITORING_MODES = ("install", "existing")
+MONITOR_KINDS = {"ServiceMonitor": "serviceMonitorSelector", "PodMonitor": "podMonitorSelector",
+                 "PrometheusRule": "ruleSelector"}  # kind -> the Prometheus field (and layout key) selecting it
+INSTALL_RELEASE = "kube-prometheus-stack"  # the Helm release name of the installed stack (clusters/*/infrastructure)
+DEFAULT_SELECTOR: dict[str, str] = {"release": INSTALL_RELEASE}  # kube-prometheus-stack's default selection
+INSTALL_URL = "http://prometheus-operated.monitoring.svc:9090"  # the operator's Service of the installed stack
+
+
+@dataclass(frozen=True)
+class Monitoring:
+    """The layout file's `monitoring:` section: which Prometheus selects the repository's monitors and rules.
+    In `existing` mode `selectors` maps each monitor kind to the labels (matchLabels) its Prometheus selects by."""
+
+    mode: str = "install"
+    url: str = INSTALL_URL
+    namespace: str = "monitoring"  # where the Prometheus runs; base/monitoring's rules and dashboard go there
+    selectors: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = tuple(
+        (kind, tuple(DEFAULT_SELECTOR.items())) for kind in MONITOR_KINDS)
+    declared: bool = False  # the layout file has the section
+
+    @property
+    def existing(self) -> bool:
+        return self.mode == "existing"
+
+    def labels(self, kind: str) -> dict[str, str]:
+        """The labels a monitor or rule of `kind` must carry to be selected."""
+        return dict(dict(self.selectors).get(kind, tuple(DEFAULT_SELECTOR.items())))
+
+    @classmethod
+    def existing_stack(cls, url: str, selectors: dict[str, dict[str, str]], namespace: str | None = None
+                       ) -> Monitoring:
+        """An existing Prometheus at `url` selecting by `selectors` (kind -> labels; a kind left out: the default)."""
+        return cls(mode="existing", url=url, namespace=namespace or url_namespace(url) or "monitoring",
+                   selectors=tuple((kind, tuple(sorted((selectors.get(kind, DEFAULT_SELECTOR)).items())))
+                                   for kind in MONITOR_KINDS), declared=True)
+
+    @classmethod
+    def from_section(cls, section: dict[str, Any]) -> Monitoring:
+        """The `monitoring:` section (already schema-checked) as a Monitoring."""
+        mode = str(section.get("mode") or "install")
+        extra = sorted(k for k in section if k != "mode")
+        if mode == "install":
+            if extra:
+                raise InputError(f"{LAYOUT_FILE}: monitoring: {', '.join(extra)} describe an existing Prometheus; "
+                                 "with mode install the repository's kube-prometheus-stack HelmRelease decides",
+                                 hint="set `mode: existing`, or drop those keys")
+            return cls(declared=True)
+        url = str(section.get("prometheusUrl") or INSTALL_URL)
+        selectors = {kind: {str(k): str(v) for k, v in section[key].items()}
+                     for kind, key in MONITOR_KINDS.items() if isinstance(section.get(key), dict)}
+        return cls.existing_stack(url, selectors, str(section["namespace"]) if section.get("namespace") else None)
+
+    def section(self) -> dict[str, Any]:
+        """The layout file's `monitoring:` section for this (every value written out in existing mode)."""
+        if not self.existing:
+            return {"mode": "install"}
+        out: dict[str, Any] = {"mode": "existing", "prometheusUrl": self.url, "namespace": self.namespace}
+        for kind, key in MONITOR_KINDS.items():
+            out[key] = self.labels(kind)
+        return out
+
+
+def url_namespace(url: str) -> str | None:
+    """The namespace in a cluster Service URL (http://NAME.NAMESPACE.svc[.cluster.local][:PORT]), else None."""
+    host = (urlsplit(url).hostname or "").split(".")
+    return host[1] if len(host) >= 3 and host[2] == "svc" else None
+
 
 @dataclass(frozen=True)
 class Layout:
@@ -55,6 +125,7 @@ class Layout:
     monitoring: str = "monitoring"  # the Flux Kustomization applying <bases>/monitoring
     source_namespace: str = "flux-system"
     gpu_types: tuple[GPU, ...] = ()  # the repository's own GPU types (`gpus:`), beyond the bundled catalog
+    prometheus: Monitoring = Monitoring()  # the `monitoring:` section: installed or existing Prometheus
     file: Path | None = None  # the layout file it was read from; None: defaults
 
     @classmethod
@@ -98,6 +169,8 @@ class Layout:
             if flux.get(key):
                 values[key] = str(flux[key])
         values["gpu_types"] = tuple(_gpu_type(k, v) for k, v in _section(doc, "gpus").items())
+        if "monitoring" in doc:
+            values["prometheus"] = Monitoring.from_section(_section(doc, "monitoring"))
         return cls(**values, file=path)
 
     @property

@@ -1,7 +1,8 @@
 """Monitoring: which metric names dashboards and alert rules may use (the exporters' names, kept as data in
 data/metrics.yaml, and the names a PromQL expression or a Grafana dashboard references); the queries
 prometheus-adapter renders for an HPA and the HPA's replica formula; and, for `validate`, whether the Prometheus of
-the repository's kube-prometheus-stack HelmRelease selects every ServiceMonitor, PodMonitor and PrometheusRule."""
+the repository's kube-prometheus-stack HelmRelease (install mode) or the existing Prometheus the layout file declares
+(existing mode) selects every ServiceMonitor, PodMonitor and PrometheusRule."""
 
 from __future__ import annotations
 
@@ -15,12 +16,21 @@ from typing import Any
 from kubectl_triton.checks.findings import Finding
 from kubectl_triton.checks.registry import register
 from kubectl_triton.formats.schemas import object_id
+from kubectl_triton.gitops.model import LAYOUT_FILE, Layout
 
 NOT_SELECTED = register("MonitorNotSelected", "warning", "repository",
                         "a ServiceMonitor, PodMonitor or PrometheusRule (or the GPU Operator's DCGM ServiceMonitor) "
                         "lacks the labels the repository's Prometheus selects it by: never scraped or loaded",
-                        "add the selector's labels (kube-prometheus-stack: release: <its Helm release name>) to "
-                        "its metadata.labels (dcgmExporter.serviceMonitor.additionalLabels for DCGM)")
+                        "add the selector's labels (kube-prometheus-stack: release: <its Helm release name>; an "
+                        "existing Prometheus: the layout file's monitoring selectors) to its metadata.labels "
+                        "(dcgmExporter.serviceMonitor.additionalLabels for DCGM)")
+NOT_JUDGED = register("MonitorsNotJudged", "info", "repository",
+                      "the repository renders ServiceMonitors, PodMonitors or PrometheusRules, but neither a "
+                      "kube-prometheus-stack HelmRelease of its own nor the layout file's `monitoring:` section names "
+                      "the Prometheus that selects them: MonitorNotSelected was not checked",
+                      "declare the cluster's Prometheus in kubectl-triton.yaml (`monitoring: {mode: existing, "
+                      "prometheusUrl: ..., serviceMonitorSelector: ...}`, docs/layout-file.md), or install "
+                      "kube-prometheus-stack from the repository")
 
 SUFFIXES: dict[str, tuple[str, ...]] = {"summary": ("", "_sum", "_count"), "histogram": ("_bucket", "_sum", "_count")}
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'|`[^`]*`')
@@ -193,8 +203,24 @@ def helm_release_name(release: dict) -> str:
     return f"{spec['targetNamespace']}-{name}" if spec.get("targetNamespace") else name
 
 
-def _chart(release: dict) -> str:
-    return str(_dict(_dict(_dict(release.get("spec")).get("chart")).get("spec")).get("chart", ""))
+def chart_name(release: dict, sources: dict[tuple[str, str], dict] | None = None) -> str:
+    """The chart a HelmRelease installs: spec.chart.spec.chart, else through spec.chartRef the HelmChart's
+    spec.chart or the last path segment of the OCIRepository's URL (oci://.../charts/kube-prometheus-stack, as
+    fluxcd/flux2-monitoring-example does); a chartRef whose source is not rendered here: the source's name."""
+    spec = _dict(release.get("spec"))
+    named = _dict(_dict(spec.get("chart")).get("spec")).get("chart")
+    if named:
+        return str(named)
+    ref = _dict(spec.get("chartRef"))
+    if not ref:
+        return ""
+    kind, name = str(ref.get("kind", "")), str(ref.get("name", ""))
+    source = (sources or {}).get((kind, name))
+    if source is None:
+        return name
+    if kind == "HelmChart":
+        return str(_dict(source.get("spec")).get("chart", ""))
+    return str(_dict(source.get("spec")).get("url", "")).rstrip("/").rsplit("/", 1)[-1]
 
 
 def stack_selectors(release: dict) -> dict[str, dict]:
@@ -236,30 +262,55 @@ def _describe(selector: dict) -> str:
     return ", ".join(parts)
 
 
+def _judges(root: Path, targets: list[Any]) -> tuple[list[tuple[str, dict[str, dict]]], str]:
+    """(who, kind -> selector) of each Prometheus the repository's monitors are judged against, and why there is
+    none when the list is empty. Existing mode: the layout file's declared Prometheus; else every
+    kube-prometheus-stack HelmRelease the repository renders (install mode)."""
+    declared = Layout.load(root, tolerant=True).prometheus  # a malformed file is LayoutInvalid; defaults here
+    if declared.existing:
+        return [(f"the existing Prometheus of {LAYOUT_FILE} ({declared.url})",
+                 {kind: {"matchLabels": declared.labels(kind)} for kind in SELECTOR_KEYS})], ""
+    objects = [(t, o) for t in targets for o in t.objects]
+    sources = {(str(o.get("kind")), str(_dict(o.get("metadata")).get("name"))): o for _, o in objects
+               if o.get("kind") in ("OCIRepository", "HelmChart")}
+    judges: dict[str, tuple[str, dict[str, dict]]] = {}
+    for target, obj in objects:
+        if obj.get("kind") == "HelmRelease" and chart_name(obj, sources) == STACK_CHART:
+            key = f"{_dict(obj.get('metadata')).get('namespace', '')}/{_dict(obj.get('metadata')).get('name')}"
+            judges.setdefault(key, (f"the Prometheus of HelmRelease {helm_release_name(obj)} ({target.rel})",
+                                    stack_selectors(obj)))
+    if declared.declared:
+        why = f"{LAYOUT_FILE} says `monitoring: {{mode: install}}` but no {STACK_CHART} HelmRelease is rendered"
+    else:
+        why = f"no {STACK_CHART} HelmRelease is rendered and {LAYOUT_FILE} declares no `monitoring:`"
+    return list(judges.values()), why
+
+
 def check(root: Path, targets: list[Any]) -> list[Finding]:
-    """MonitorNotSelected for every rendered monitor or rule that the Prometheus of the repository's
-    kube-prometheus-stack HelmRelease (install mode) would not select. Without such a HelmRelease (an existing
-    Prometheus the repository does not describe) nothing is judged."""
-    releases = [(t, o) for t in targets for o in t.objects
-                if o.get("kind") == "HelmRelease" and _chart(o) == STACK_CHART]
-    if not releases:
-        return []
+    """MonitorNotSelected for every rendered monitor or rule (and the GPU Operator's DCGM ServiceMonitor) that
+    its Prometheus would not select: the layout file's existing Prometheus, else the Prometheus of each
+    kube-prometheus-stack HelmRelease of the repository. With neither, one MonitorsNotJudged (info) says so."""
+    judges, why = _judges(root, targets)
+    monitors = [(t, o) for t in targets for o in t.objects
+                if o.get("kind") in SELECTOR_KEYS and str(o.get("apiVersion", "")).startswith("monitoring.coreos.com/")]
+    if not judges:
+        if not monitors:
+            return []
+        kinds = ", ".join(sorted({str(o["kind"]) for _, o in monitors}))
+        count = len({object_id(o) for _, o in monitors})
+        return [NOT_JUDGED.finding(f"{why}: no Prometheus to judge the {count} rendered {kinds} object(s) "
+                                   "against; MonitorNotSelected was not checked")]
     out: list[Finding] = []
-    for rel_target, release in releases:
-        selectors = stack_selectors(release)
-        who = f"the Prometheus of HelmRelease {helm_release_name(release)} ({rel_target.rel})"
-        for target in targets:
-            for obj in target.objects:
-                selector = selectors.get(str(obj.get("kind")))
-                if selector is None or not str(obj.get("apiVersion", "")).startswith("monitoring.coreos.com/"):
-                    continue
-                if not selector_matches(selector, _dict(_dict(obj.get("metadata")).get("labels"))):
-                    out.append(NOT_SELECTED.finding(f"{who} selects {obj['kind']}s by {_describe(selector)}; this "
-                                                    "one is never used", path=target.rel, object=object_id(obj)))
+    for who, selectors in judges:
+        for target, obj in monitors:
+            selector = selectors[str(obj["kind"])]
+            if not selector_matches(selector, _dict(_dict(obj.get("metadata")).get("labels"))):
+                out.append(NOT_SELECTED.finding(f"{who} selects {obj['kind']}s by {_describe(selector) or '(all)'}; "
+                                                "this one is never used", path=target.rel, object=object_id(obj)))
         monitor_selector = selectors["ServiceMonitor"]
         for target in targets:
             for obj in target.objects:
-                if obj.get("kind") != "HelmRelease" or _chart(obj) != "gpu-operator":
+                if obj.get("kind") != "HelmRelease" or chart_name(obj) != "gpu-operator":
                     continue
                 dcgm = _dict(_dict(_dict(_dict(obj.get("spec")).get("values")).get("dcgmExporter")).get(
                     "serviceMonitor"))

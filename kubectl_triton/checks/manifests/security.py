@@ -49,7 +49,7 @@ CODES = {
     "ServiceAccountToken": "no API token mounted into pods that do not call the API",
     "NetworkPolicyMissing": "every Triton Deployment is selected by an ingress NetworkPolicy",
     "NetworkPolicyOpen": "inference ports only from labelled client namespaces",
-    "MetricsExposed": "the metrics port only from the monitoring namespace",
+    "MetricsExposed": "the metrics port only from the monitoring namespace (the layout file's monitoring.namespace)",
     "LiteralCredential": "no credentials in git",
     "SecretInGit": "no Secret values in git (SOPS or an external secrets operator)",
 }
@@ -66,7 +66,7 @@ _FIXES = {
     "ServiceAccountToken": "automountServiceAccountToken: false",
     "NetworkPolicyMissing": "include base/triton's NetworkPolicy (or your own) selecting the Triton pods",
     "NetworkPolicyOpen": "admit 8000/8001 only from namespaces labelled triton.kubectl.io/client",
-    "MetricsExposed": "admit 8002 only from the monitoring namespace",
+    "MetricsExposed": "admit 8002 only from the namespace Prometheus runs in",
     "LiteralCredential": "reference a Secret (secretKeyRef / envFrom) kept out of git",
     "SecretInGit": "encrypt it with SOPS or deliver it with an external secrets operator",
     "ExemptionInvalid": "write the annotation as 'Code[,Code]: reason of at least 10 characters'",
@@ -97,16 +97,19 @@ _PLACEHOLDER = re.compile(r"^(\$\(.*\)|\$\{.*\}|<.*>|ENC\[.*\]|changeme|redacted
 # -- entry point ---------------------------------------------------------------------------------------------
 
 def check(root: Path, targets: list[Any]) -> list[Finding]:
-    """Every security finding for the rendered `targets` and the model metadata under `root`."""
+    """Every security finding for the rendered `targets` and the model metadata under `root`. The metrics port may
+    open to the namespace of the layout file's existing Prometheus (`monitoring.namespace`), else `monitoring`."""
     out: list[Finding] = []
+    metrics_namespace = Repository.at(root, tolerant=True).layout.prometheus.namespace
     for target in targets:
-        out += check_objects(target.rel, target.objects)
+        out += check_objects(target.rel, target.objects, metrics_namespace)
     out += check_model_metadata(root)
     return out
 
 
-def check_objects(source: str, objects: Iterable[Any]) -> list[Finding]:
-    """Findings for one rendered kustomization (`source` names it in the findings)."""
+def check_objects(source: str, objects: Iterable[Any], metrics_namespace: str = MONITORING_NAMESPACE) -> list[Finding]:
+    """Findings for one rendered kustomization (`source` names it in the findings); the metrics port may open to
+    `metrics_namespace` only (where Prometheus runs)."""
     objects = [o for o in objects if isinstance(o, dict)]
     out: list[Finding] = []
     for obj in objects:
@@ -117,7 +120,7 @@ def check_objects(source: str, objects: Iterable[Any]) -> list[Finding]:
             found += check_pod(source, obj)
         found += check_credentials(source, obj)
         out += [f for f in found if f.code.removeprefix("security.") not in exempt]
-    out += check_network_policies(source, objects)
+    out += check_network_policies(source, objects, metrics_namespace)
     return out
 
 
@@ -286,7 +289,7 @@ def _rule_ports(rule: dict, ports: dict[str, Any]) -> set[str]:
     return opened
 
 
-def _peer_problem(peer: Any, metrics: bool) -> str | None:
+def _peer_problem(peer: Any, metrics: bool, metrics_namespace: str = MONITORING_NAMESPACE) -> str | None:
     """Why one `from` peer is too wide for the inference ports (or, with `metrics`, for the metrics port)."""
     peer = _dict(peer)
     if "ipBlock" in peer:
@@ -298,13 +301,14 @@ def _peer_problem(peer: Any, metrics: bool) -> str | None:
     labels = _dict(ns_sel.get("matchLabels"))
     if not labels and not _list(ns_sel.get("matchExpressions")):
         return "an empty namespaceSelector admits every namespace"
-    if metrics and labels.get("kubernetes.io/metadata.name") != MONITORING_NAMESPACE:
-        return f"the metrics port must admit only namespace {MONITORING_NAMESPACE} " \
-               "(namespaceSelector kubernetes.io/metadata.name: monitoring)"
+    if metrics and labels.get("kubernetes.io/metadata.name") != metrics_namespace:
+        return f"the metrics port must admit only namespace {metrics_namespace} " \
+               f"(namespaceSelector kubernetes.io/metadata.name: {metrics_namespace})"
     return None
 
 
-def check_network_policies(source: str, objects: list[dict]) -> list[Finding]:
+def check_network_policies(source: str, objects: list[dict], metrics_namespace: str = MONITORING_NAMESPACE
+                           ) -> list[Finding]:
     """Each Deployment running tritonserver needs an ingress NetworkPolicy of the documented shape."""
     policies = [o for o in objects if o.get("kind") == "NetworkPolicy"]
     out: list[Finding] = []
@@ -340,7 +344,8 @@ def check_network_policies(source: str, objects: list[dict]) -> list[Finding]:
                     if not peers:
                         why = "it has no 'from', so it admits every source"
                     else:
-                        why = next((w for w in (_peer_problem(p, metrics) for p in peers) if w), None)
+                        why = next((w for w in (_peer_problem(p, metrics, metrics_namespace) for p in peers) if w),
+                                   None)
                     if why:
                         out.append(CHECKS[code].finding(f"ingress rule {i + 1} opens "
                                            f"{', '.join(hit)}: {why}", path=source, object=_oid(policy)))

@@ -21,19 +21,36 @@ from kubectl_triton.gitops.scaffold import Plan
 @click.option("--source", metavar="KIND/NAME",
               help="This repository's own Flux source when several are found (GitRepository, OCIRepository, Bucket "
                    "or ExternalArtifact).")
+@click.option("--monitoring", type=click.Choice(["install", "existing"]),
+              help="install: a kube-prometheus-stack HelmRelease in the new cluster's infrastructure; existing: the "
+                   "cluster's own Prometheus (named in kubectl-triton.yaml `monitoring:`). Default: existing when the "
+                   "repository already deploys kube-prometheus-stack or a Prometheus (or --prometheus-* is given), "
+                   "else install.")
+@click.option("--prometheus-url", metavar="URL",
+              help="existing mode: the Prometheus HTTP API inside the cluster (default: prometheus-operated in the "
+                   "found Prometheus's namespace, else http://prometheus-operated.monitoring.svc:9090).")
+@click.option("--prometheus-selector", "prometheus_selectors", multiple=True, metavar="[KIND:]KEY=VALUE",
+              help="existing mode: a label its Prometheus selects monitors and rules by; repeatable. KIND "
+                   "(serviceMonitor, podMonitor, rule) limits it to one kind, replacing the unprefixed labels there. "
+                   "Default: the found Prometheus's selectors, else release=kube-prometheus-stack.")
 @click.option("--dry-run", is_flag=True, help="Print every file it would write; write nothing.")
-def command(directory: Path, gpus: tuple[str, ...], cluster: str | None, source: str | None, dry_run: bool) -> None:
+def command(directory: Path, gpus: tuple[str, ...], cluster: str | None, source: str | None, monitoring: str | None,
+            prometheus_url: str | None, prometheus_selectors: tuple[str, ...], dry_run: bool) -> None:
     """Write what DIRECTORY (default: here) lacks to be a kubectl-triton repository: the Triton, engine-build,
     platform and monitoring bases, GPU Components, the cluster's Flux objects, a validate CI workflow and
     kubectl-triton.yaml (the layout every command reads). In an existing Flux repository it detects the cluster
-    folders, the repository's own source and the infrastructure Kustomizations, never rewrites a file and only
-    appends to a cluster's kustomization.yaml. Running it again changes nothing; a failed run writes nothing."""
+    folders, the repository's own source, the infrastructure Kustomizations and a Prometheus already deployed
+    (--monitoring existing: monitors and rules get its selector labels, no kube-prometheus-stack is added), never
+    rewrites a file and only appends to a cluster's kustomization.yaml. Running it again changes nothing; a failed
+    run writes nothing."""
     from kubectl_triton.errors import InputError
 
     if not directory.is_dir():
         raise InputError(f"{directory}: no such directory")
     had_layout = (directory / LAYOUT_FILE).is_file()
-    todo = plan_init(directory, InitOptions(gpus=tuple(dict.fromkeys(gpus)), cluster=cluster, source=source))
+    todo = plan_init(directory, InitOptions(gpus=tuple(dict.fromkeys(gpus)), cluster=cluster, source=source,
+                                            monitoring=monitoring, prometheus_url=prometheus_url,
+                                            prometheus_selectors=prometheus_selectors))
     root = directory.resolve()
     if todo.files:
         apply_plan(root, Plan(todo.files), dry_run)
