@@ -36,6 +36,7 @@ class Signature:
     negative: tuple[re.Pattern, ...] = ()
     sources: tuple[str, ...] = ()
     examples: tuple[str, ...] = ()
+    origin: tuple[str, ...] = ()  # repository files that print a pattern's wording themselves
 
     def accepts(self, line: Line) -> bool:
         """Whether a hit on `line` counts: its level and component are the signature's, no negative matches."""
@@ -72,7 +73,8 @@ def load_table(path: Path = SIGNATURES_FILE) -> Table:
         fallback=bool(s.get("fallback", False)), components=tuple(s.get("components") or (ANY,)),
         levels=tuple(str(v) for v in s.get("levels") or DEFAULT_LEVELS),
         negative=tuple(re.compile(p, re.IGNORECASE) for p in s.get("negative") or ()),
-        sources=tuple(s.get("sources") or ()), examples=tuple(s.get("examples") or ()))
+        sources=tuple(s.get("sources") or ()), examples=tuple(s.get("examples") or ()),
+        origin=tuple(s.get("origin") or ()))
         for s in doc["signatures"])
     return Table(levels=tuple((str(e["level"]), re.compile(e["pattern"])) for e in doc.get("levels") or ()),
                  components=tuple((str(e["component"]), re.compile(e["pattern"]))
@@ -181,6 +183,8 @@ def render_markdown(path: Path = SIGNATURES_FILE) -> str:
         if s.negative:
             out += ["", "Never on:", ""] + [f"- `{p.pattern}`" for p in s.negative]
         out += ["", "Seen in:", ""] + [f"- {u}" for u in s.sources]
+        if s.origin:
+            out += ["", "Also printed by this repository's " + ", ".join(f"`{o}`" for o in s.origin) + "."]
         if s.examples:
             out += ["", "Examples:", ""] + [f"    {e}" for e in s.examples]
     out += ["", "## Line levels and components", "", "| Level | Pattern |", "| --- | --- |"]
