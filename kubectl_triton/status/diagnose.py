@@ -128,14 +128,18 @@ def pods_of(deployment: dict, pods: Iterable[dict]) -> list[dict]:
                   key=lambda p: _meta(p).get("name", ""))
 
 
-def group_pods(lws: dict, pods: Iterable[dict]) -> dict[int, list[dict]]:
-    """A LeaderWorkerSet's pods by group index (leader first, then workers by index), skipping ones being
-    deleted: the pods labelled with the set's name in its namespace."""
+def group_pods(lws: dict, pods: Iterable[dict], *, crashed_deleting: bool = False) -> dict[int, list[dict]]:
+    """A LeaderWorkerSet's pods by group index (leader first, then workers by index): the pods labelled with the
+    set's name in its namespace, skipping ones being deleted. `crashed_deleting`: keep a pod being deleted whose
+    container restarted: the instance that made the lws controller recreate the group (its log is readable until
+    the foreground deletion of the group ends)."""
     ns, name = _ns_name(lws)
     out: dict[int, list[dict]] = {}
     for p in pods:
         lab = _labels(p)
-        if _meta(p).get("namespace") != ns or lab.get(LWS_NAME_LABEL) != name or _meta(p).get("deletionTimestamp"):
+        if _meta(p).get("namespace") != ns or lab.get(LWS_NAME_LABEL) != name:
+            continue
+        if _meta(p).get("deletionTimestamp") and not (crashed_deleting and _restarted(p)):
             continue
         group = _int(lab.get(LWS_GROUP_LABEL))
         if group is not None:
@@ -143,6 +147,10 @@ def group_pods(lws: dict, pods: Iterable[dict]) -> dict[int, list[dict]]:
     for members in out.values():
         members.sort(key=lambda p: (_int(_labels(p).get(LWS_WORKER_LABEL)) or 0, _meta(p).get("name", "")))
     return out
+
+
+def _restarted(pod: dict) -> bool:
+    return any(int(c.get("restartCount") or 0) > 0 for c, _ in _container_statuses(pod))
 
 
 def _worker_index(pod: dict) -> int:
@@ -276,8 +284,8 @@ def log_requests(snapshot: Snapshot) -> list[LogRequest]:
     pods = [p for dep in snapshot.deployments for p in pods_of(dep, snapshot.pods)
             if (p.get("status") or {}).get("phase") not in _FINISHED]
     pods += [p for job in snapshot.jobs for p in job_pods(job, snapshot.pods)]
-    pods += [p for lws in snapshot.lws for members in group_pods(lws, snapshot.pods).values() for p in members
-             if (p.get("status") or {}).get("phase") not in _FINISHED]
+    pods += [p for lws in snapshot.lws for members in group_pods(lws, snapshot.pods, crashed_deleting=True).values()
+             for p in members if (p.get("status") or {}).get("phase") not in _FINISHED]
     for pod in pods:
         for cs, _ in _container_statuses(pod):
             req = _log_request(pod, cs, snapshot.events)
@@ -542,11 +550,15 @@ def _container_reasons(pod: dict, cs: dict, init: bool, events: list[dict], snap
         code = last_term.get("exitCode")
         detail = f"restarts: {restarts}" + (f", last exit code {code}" if code is not None else "") + \
                  (f" ({last_term.get('reason')})" if last_term.get("reason") else "")
-        terminal = bool(log_sigs) or restarts >= CRASHES_BEFORE_GIVING_UP or "OOMKilled" in detail
+        # a signature that waiting may cure (a lost worker, a worker that came up late) leaves the crash itself
+        # non-terminal too, so the signature stays first
+        terminal = any(r.terminal for r in log_sigs) or restarts >= CRASHES_BEFORE_GIVING_UP or "OOMKilled" in detail
+        if terminal and log_sigs:  # crashing past the limit: the signatures' causes are terminal now too
+            out = [Reason(r.code, r.message, r.fix, r.severity, True) if r in log_sigs else r for r in out]
         quoted = signatures.error_lines(log_text) if log_text and not log_sigs else []
         what = "keeps crashing" if wreason == "CrashLoopBackOff" else "crashed and runs again, not ready"
         msg = f"{where} {what} ({detail})" + (": " + " / ".join(f'"{q}"' for q in quoted) if quoted else "")
-        sev = SEV_FAILED if wreason == "CrashLoopBackOff" or terminal else SEV_PROGRESSING
+        sev = SEV_FAILED if wreason == "CrashLoopBackOff" or terminal or log_sigs else SEV_PROGRESSING
         fix = FIXES["CrashLoopBackOff"] if log_sigs else _crash_fix(quoted, log_text)
         out.append(Reason("CrashLoopBackOff", msg, fix, sev, terminal and sev == SEV_FAILED))
     elif wreason in _IMAGE_PULL:
@@ -815,7 +827,8 @@ def _group_reasons(lws: dict, group: int, pods: list[dict], pod_reasons: dict[st
         age = _age(now, when)
         what = f"group {group} of LeaderWorkerSet {name} was recreated {count}x" + (f" (last {age})" if age else "")
         if complete:
-            out.append(reason("GroupRecreated", f"{what}: {message}; all {size} pods are ready now", SEV_WARNING))
+            out.append(reason("GroupRecreated", f"{what}: {message}; all {size} pods are ready now", SEV_WARNING,
+                              situation="group-recovered"))
         elif count >= GROUP_RECREATES_BEFORE_GIVING_UP:
             state = "Failed"
             out.append(reason("GroupRecreated", f"{what}, and the new group is not ready: {message}", SEV_FAILED,
@@ -894,7 +907,7 @@ def diagnose_group(lws: dict, snap: Snapshot, now: datetime, grace: float) -> Mo
     spec, status = lws.get("spec") or {}, lws.get("status") or {}
     replicas = int(spec.get("replicas", 1))
     size = int((spec.get("leaderWorkerTemplate") or {}).get("size") or 1)
-    groups = group_pods(lws, snap.pods)
+    groups = group_pods(lws, snap.pods, crashed_deleting=True)
     events = snap.lws_events + snap.events
     recreated = _recreations(lws, events)
     short = int(status.get("readyReplicas") or 0) < replicas
@@ -902,7 +915,9 @@ def diagnose_group(lws: dict, snap: Snapshot, now: datetime, grace: float) -> Mo
     rows: list[dict] = []
     for index in sorted(set(range(replicas)) | set(groups)):
         members = groups.get(index, [])
-        live = [p for p in members if (p.get("status") or {}).get("phase") not in _FINISHED]
+        live = [p for p in members if (p.get("status") or {}).get("phase") not in _FINISHED
+                and not _meta(p).get("deletionTimestamp")]
+        dying = [p for p in members if _meta(p).get("deletionTimestamp")]
         per_pod: dict[str, list[Reason]] = {}
         for pod in live:
             found = _pod_reasons(pod, snap, now, grace)
@@ -916,8 +931,12 @@ def diagnose_group(lws: dict, snap: Snapshot, now: datetime, grace: float) -> Mo
                 if probe is not None:
                     found += _probe_reasons(pod, probe)
             per_pod[_ns_name(pod)[1]] = found
+        for pod in dying:  # the crashed instance the group is being recreated for: its log says why
+            per_pod[_ns_name(pod)[1]] = [r for r in _pod_reasons(pod, snap, now, grace)
+                                         if r.code not in ("CrashLoopBackOff", "LivenessProbeKilled")] or \
+                [r for r in _pod_reasons(pod, snap, now, grace) if r.code == "CrashLoopBackOff"]
         for pod in members:
-            if pod not in live:
+            if pod not in live and pod not in dying:
                 per_pod.setdefault(_ns_name(pod)[1], []).extend(_finished_pod_reasons(pod, short=short))
         state, own = _group_reasons(lws, index, live, per_pod, recreated.get(index), now)
         reasons += own + [r for p in members for r in per_pod.get(_ns_name(p)[1], [])]

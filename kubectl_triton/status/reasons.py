@@ -82,6 +82,9 @@ FIXES: dict[str, str] = {
 
 # Fixes for a code in a situation that needs a different advice than the code's usual one.
 SITUATION_FIXES: dict[str, str] = {
+    "group-recovered": "History: the group was recreated after one of its pods failed and is ready again. If it "
+                       "recurs, follow the pod the event names as it runs (`kubectl logs -f POD`): the failed "
+                       "instance's log went with the recreated group.",
     "group-restarting": "Nothing to change yet: the lws controller recreated the group after one of its pods "
                         "failed (RecreateGroupOnPodRestart) and the new group is starting; if it happens again, the "
                         "failing pod's cause is in its log while it runs (`kubectl logs -f POD`).",

@@ -61,6 +61,13 @@ class Table:
     levels: tuple[tuple[str, re.Pattern], ...]
     components: tuple[tuple[str, re.Pattern], ...]
     signatures: tuple[Signature, ...]
+    prefixes: tuple[tuple[str, re.Pattern], ...] = ()  # (launcher, pattern) removed from each line first
+
+    def strip(self, text: str) -> str:
+        """A line without its launcher prefix (mpirun --tag-output's `[1,3]<stderr>:`)."""
+        for _, rx in self.prefixes:
+            text = rx.sub("", text, count=1)
+        return text
 
 
 @lru_cache(maxsize=4)
@@ -79,7 +86,8 @@ def load_table(path: Path = SIGNATURES_FILE) -> Table:
     return Table(levels=tuple((str(e["level"]), re.compile(e["pattern"])) for e in doc.get("levels") or ()),
                  components=tuple((str(e["component"]), re.compile(e["pattern"]))
                                   for e in doc.get("components") or ()),
-                 signatures=sigs)
+                 signatures=sigs,
+                 prefixes=tuple((str(e["launcher"]), re.compile(e["pattern"])) for e in doc.get("prefixes") or ()))
 
 
 def load(path: Path = SIGNATURES_FILE) -> tuple[Signature, ...]:
@@ -129,7 +137,7 @@ def match(text: str, *, container: str = "", pod: str = "",
     only when nothing more specific matched."""
     full = load_table()
     table = full.signatures if table is None else table
-    raw = text.splitlines()
+    raw = [full.strip(ln) for ln in text.splitlines()]
     lines = [classify(ln, full) for ln in raw + model_state_lines(raw)]
     hits: list[Reason] = []
     for fallback in (False, True):
@@ -156,7 +164,7 @@ def error_lines(text: str, limit: int = 2) -> list[str]:
     """The last lines of a log that read as errors (level E/F, or wording like `error`, `failed`), quoted:
     what a crash without a known signature is quoted with."""
     full = load_table()
-    picked = [ln for ln in (classify(t, full) for t in text.splitlines() if t.strip())
+    picked = [ln for ln in (classify(full.strip(t), full) for t in text.splitlines() if t.strip())
               if ln.level in ("E", "F") or (ln.level == UNKNOWN_LEVEL and _ERRORISH.search(ln.text))]
     return [quote_line(ln.text) for ln in picked[-limit:]]
 
@@ -191,6 +199,9 @@ def render_markdown(path: Path = SIGNATURES_FILE) -> str:
     out += [f"| {lvl} | `{rx.pattern.replace('|', '&#124;')}` |" for lvl, rx in t.levels]
     out += ["", "| Component | Pattern |", "| --- | --- |"]
     out += [f"| {c} | `{rx.pattern.replace('|', '&#124;')}` |" for c, rx in t.components]
+    if t.prefixes:
+        out += ["", "Removed from each line first (launcher prefixes):", "", "| Launcher | Pattern |", "| --- | --- |"]
+        out += [f"| {name} | `{rx.pattern.replace('|', '&#124;')}` |" for name, rx in t.prefixes]
     return "\n".join(out) + "\n"
 
 
