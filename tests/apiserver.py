@@ -338,6 +338,11 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(200, {"major": "1", "minor": "31", "gitVersion": "v1.31.0"})
             return
         m = _PATH_RE.match(url.path)
+        if m and m.group("plural") in cluster.unserved:  # a CRD not installed: the request is made, and 404
+            with cluster.lock:
+                cluster.requests.append(Request("GET", "watch" if query.get("watch") in ("true", "1") else "list"
+                                                if not m.group("name") else "get", m.group("plural"), m.group("ns"),
+                                                m.group("name"), self.path, m.group("group") or ""))
         if not m or m.group("plural") not in KINDS or m.group("plural") in cluster.unserved:
             self._send_json(404, _status(404, "NotFound", "the server could not find the requested resource"))
             return
@@ -383,7 +388,9 @@ class _Handler(BaseHTTPRequestHandler):
             # the real API server's wording: `pods "NAME" is forbidden: User "U" cannot get resource "pods/log"
             # in API group "" in the namespace "NS"` (no name for list/watch), details {name, kind: plural}
             where = f'in the namespace "{ns}"' if ns else "at the cluster scope"
-            target = f'{plural} "{name.split(":")[0]}"' if name else plural
+            # (a resource of a named group is qualified: `leaderworkersets.leaderworkerset.x-k8s.io is forbidden`)
+            qualified = f"{plural}.{group}" if group else plural
+            target = f'{qualified} "{name.split(":")[0]}"' if name else qualified
             doc = _status(403, "Forbidden", f'{target} is forbidden: User "{cluster.user}" cannot {rbac_verb} '
                           f'resource "{rbac_res}" in API group "{group}" {where}', plural)
             if name:
