@@ -893,8 +893,11 @@ def _lws_event_reasons(lws: dict, events: list[dict], *, short: bool) -> list[Re
     out = []
     for e in events_of(lws, events):
         if e.get("type") == "Warning" and e.get("reason") in ("FailedCreate", "FailedUpdate"):
-            out.append(reason("ReplicaFailure", f"LeaderWorkerSet {name}: {e.get('reason')}: "
-                              f"{_first_line(e.get('message'))}", SEV_FAILED if short else SEV_WARNING))
+            why = _first_line(e.get("message"))
+            quota = bool(re.search(r"(exceeded|failed) quota", why, re.I))
+            out.append(reason("QuotaExceeded" if quota else "ReplicaFailure",
+                              f"LeaderWorkerSet {name}: {e.get('reason')}: {why}", SEV_FAILED if short else SEV_WARNING,
+                              situation=None if quota else "lws-create-failed"))
     return out[-1:]
 
 

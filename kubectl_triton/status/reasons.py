@@ -82,6 +82,9 @@ FIXES: dict[str, str] = {
 
 # Fixes for a code in a situation that needs a different advice than the code's usual one.
 SITUATION_FIXES: dict[str, str] = {
+    "lws-create-failed": "The lws controller cannot create the group's StatefulSets, Service or pods (admission, "
+                         "PodSecurity, LimitRange, a webhook: the message says which); fix the LeaderWorkerSet's "
+                         "templates in the overlay or the namespace policy.",
     "group-recovered": "History: the group was recreated after one of its pods failed and is ready again. If it "
                        "recurs, follow the pod the event names as it runs (`kubectl logs -f POD`): the failed "
                        "instance's log went with the recreated group.",
