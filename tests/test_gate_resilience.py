@@ -82,13 +82,29 @@ def test_model_yaml_of_the_wrong_shape(run_cli, repo_copy: Path):
     assert bad[0]["message"].startswith("engine.tp must be a positive integer")
 
 
-def test_malformed_layout_file_is_one_line_naming_it(run_cli, repo_copy: Path):
-    """The layout file configures the tool itself (where the folders are): a bad entry is a usage error, exit 2."""
+def test_malformed_layout_file_is_a_finding_and_the_gate_goes_on(run_cli, repo_copy: Path):
+    """The layout file is part of the repository: validate reports it (exit 1, with its line, in every output
+    format), goes on with the default layout and still reports the other problems."""
     _edit(repo_copy / "kubectl-triton.yaml", "        rwx: true\n", "        rwx: yes-please\n")
+    _edit(repo_copy / "models/llama3-8b/model.yaml", "  tp: 1\n", "  tp: one\n")
     result = run_cli("validate", str(repo_copy), "-o", "json")
-    assert result.exit_code == 2 and result.stdout == ""
-    assert result.stderr.startswith("error: kubectl-triton.yaml: ") and "rwx" in result.stderr
+    assert result.exit_code == 1 and "Traceback" not in result.stderr
+    found = {(f["code"], f["path"]): f for f in json.loads(result.stdout)["findings"] if f["severity"] == "error"}
+    layout = found[("LayoutInvalid", "kubectl-triton.yaml")]
+    lines = (repo_copy / "kubectl-triton.yaml").read_text().splitlines()
+    assert "rwx" in layout["message"] and "yes-please" in lines[layout["line"] - 1]
+    assert ("ModelMetadataInvalid", "models/llama3-8b/model.yaml") in found
+    github = run_cli("validate", str(repo_copy), "-o", "github")
+    assert github.exit_code == 1 and f"::error file=kubectl-triton.yaml,line={layout['line']}" in github.stdout
+
+
+def test_malformed_layout_file_stops_other_commands_in_one_line(run_cli, repo_copy: Path):
+    """Outside the gate the layout file configures the command itself: a bad one is a usage error, exit 2."""
+    (repo_copy / "kubectl-triton.yaml").write_text("paths:\n  overlays: [1\n")
+    result = run_cli("render", "--all", "--repo", str(repo_copy))
+    assert result.exit_code == 2 and "kubectl-triton.yaml" in result.stderr and "invalid YAML" in result.stderr
     assert result.stderr.count("\n") <= 2 and "Traceback" not in result.stderr
+    assert run_cli("validate", str(repo_copy)).exit_code == 1
 
 
 def test_layout_reader_names_the_line(repo_copy: Path):

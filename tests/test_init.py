@@ -223,7 +223,12 @@ def test_a_bad_layout_file_is_one_line_naming_it(run_cli, tmp_path, gpus, messag
     assert run_cli("init", str(tmp_path), "--gpu", "l4").exit_code == 0
     layout_path = tmp_path / "kubectl-triton.yaml"
     layout_path.write_text(layout_path.read_text() + yaml.safe_dump({"gpus": gpus}))
-    result = run_cli("validate", str(tmp_path))
+    result = run_cli("validate", str(tmp_path), "-o", "json")
+    assert result.exit_code == 1 and "Traceback" not in result.stderr
+    assert [f["message"] for f in json.loads(result.stdout)["findings"]
+            if f["code"] == "LayoutInvalid" and message in f["message"]]
+    result = run_cli("add-model", "m", "--backend", "onnxruntime", "--gpu", "l4", "--repo", str(tmp_path),
+                     "--input", "x:FP32:3", "--output", "y:FP32:3")
     assert result.exit_code == 2
     assert result.stderr.startswith("error: kubectl-triton.yaml: ") and message in result.stderr
     assert "Traceback" not in result.stderr

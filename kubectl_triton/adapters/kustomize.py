@@ -6,6 +6,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -64,6 +65,7 @@ class RenderCache:
         self.misses = 0
         self._digests: dict[Path, str] = {}
         self.inputs: dict[Path, Inputs] = {}  # build inputs of each folder keyed this run (files read once)
+        self._folders: dict[Path, Any] = {}  # gitops.inputs' per-folder memo for this run
 
     def _digest(self, path: Path) -> str:
         if path not in self._digests:
@@ -75,7 +77,7 @@ class RenderCache:
 
     def key(self, path: Path, command: Sequence[str]) -> str | None:
         """The content key of a build of `path`, or None when its inputs cannot all be known."""
-        inputs = self.inputs[path] = build_inputs(path)
+        inputs = self.inputs[path] = build_inputs(path, self._folders)
         if not inputs.complete:
             return None
         h = hashlib.sha256()
@@ -141,35 +143,162 @@ def default_cache_dir() -> Path:
 
 
 def build_many(paths: Iterable[Path], cache: RenderCache | None = None) -> list[Rendered | RenderError]:
-    """Build several directories in parallel, keeping order; failures are returned, not raised. With `cache`,
-    a build whose inputs are unchanged is read from it instead of run."""
+    """Build several directories, keeping order; failures are returned, not raised. With `cache`, a build whose
+    inputs are unchanged is read from it instead of run. The others are built in batches, one kustomize process
+    per CPU (or per BATCH_SIZE folders) rather than one per folder (see `build_batch`), in parallel."""
     cmd = kustomize_command()
     paths = list(paths)
+    results: dict[int, Rendered | RenderError] = {}
+    keys: list[str | None] = [None] * len(paths)
 
-    def one(p: Path) -> Rendered | RenderError:
-        key = cache.key(p, cmd) if cache is not None else None
-        if cache is not None and key is not None:
+    def lookup(i: int) -> None:
+        if cache is None:
+            return
+        key = keys[i] = cache.key(paths[i], cmd)
+        if key is not None:
             found = cache.get(key)
             if found is not None:
-                return Rendered(p, found[0], key, found[1])
+                results[i] = Rendered(paths[i], found[0], key, found[1])
+                return
             cache.misses += 1
-        try:
-            result = build(p, cmd)
-        except RenderError as err:
-            return err
-        if cache is not None and key is not None:
-            cache.put(key, result.yaml)
-            return Rendered(p, result.yaml, key)
-        return result
 
-    workers = max(1, min(len(paths), (os.cpu_count() or 2) * 2))
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        return list(pool.map(one, paths))
+    for i in range(len(paths)):  # in this thread: the lookups are CPU-bound Python, threads only add contention
+        lookup(i)
+    cpus = os.cpu_count() or 2
+    with ThreadPoolExecutor(max_workers=max(1, cpus * 2)) as pool:
+        todo = [i for i in range(len(paths)) if i not in results]
+        batched = [i for i in todo if batchable(paths[i], cache)]
+        groups = _groups(batched, paths, max(cpus, -(-len(batched) // BATCH_SIZE)))
+        groups += [[i] for i in todo if not batchable(paths[i], cache)]
+        for group, built in zip(groups, pool.map(lambda g: build_batch([paths[i] for i in g], cmd), groups),
+                                strict=True):
+            for i, result in zip(group, built, strict=True):
+                results[i] = result
+    out: list[Rendered | RenderError] = []
+    for i in range(len(paths)):
+        result = results[i]
+        if cache is not None and keys[i] is not None and isinstance(result, Rendered) and result.key is None:
+            cache.put(str(keys[i]), result.yaml)
+            result = Rendered(result.path, result.yaml, keys[i])
+        out.append(result)
+    return out
+
+
+# Folders per kustomize process: a build's cost grows faster than linearly with its objects (measured with
+# kubectl 1.32's kustomize 5.5 on 9-object overlays: 30 ms a folder at 32, 78 at 100, 140 at 200; 120-180 alone).
+BATCH_SIZE = 32
+
+# Kustomization fields whose effect depends on being the top of the build (sortOptions, openapi) or that record
+# the build's root in the output (buildMetadata): folders using them are built on their own.
+_ROOT_SENSITIVE = (b"sortOptions", b"openapi", b"buildMetadata")
+
+
+def batchable(path: Path, cache: RenderCache | None = None) -> bool:
+    """Whether `path` builds the same inside a batch as on its own: all its inputs are local files and no
+    kustomization it reads uses a root-sensitive field."""
+    inputs = (cache.inputs.get(path) if cache is not None else None) or build_inputs(path)
+    if not inputs.complete:
+        return False
+    for file in inputs.files:
+        if file.name in KUSTOMIZATION_FILES:
+            try:
+                text = file.read_bytes()
+            except OSError:
+                return False
+            if any(field in text for field in _ROOT_SENSITIVE):
+                return False
+    return True
+
+
+KUSTOMIZATION_FILES = ("kustomization.yaml", "kustomization.yml", "Kustomization")
+
+
+def _groups(indices: list[int], paths: list[Path], count: int) -> list[list[int]]:
+    """`indices` dealt into at most `count` batches so that folders of one parent (a model's overlays, a
+    repository's clusters, which tend to declare objects of the same name) land in different batches."""
+    batches: list[list[int]] = [[] for _ in range(max(1, min(count, len(indices))))]
+    by_parent: dict[Path, list[int]] = {}
+    for i in indices:
+        by_parent.setdefault(paths[i].resolve().parent, []).append(i)
+    turn = 0
+    for members in by_parent.values():
+        for i in members:
+            batches[turn % len(batches)].append(i)
+            turn += 1
+    return [b for b in batches if b]
+
+
+_MEMBER = "kubectl-triton.io/batch-member"
+_MEMBER_LINE = re.compile(rf"^( +){re.escape(_MEMBER)}: \"?m(\d+)\"?\n", re.M)
+
+
+def build_batch(paths: Sequence[Path], command: Sequence[str]) -> list[Rendered | RenderError]:
+    """Build `paths` with one kustomize process: a temporary kustomization lists one wrapper per folder, each
+    adding an annotation (metadata only) that names its member, and the output is split back by it and the
+    annotation removed, giving each folder's own build byte for byte. When the batch fails (a folder that does
+    not build, or two folders declaring the same object), it is halved until each failure is a folder's own."""
+    if len(paths) == 1:
+        try:
+            return [build(paths[0], command)]
+        except RenderError as err:
+            return [err]
+    with tempfile.TemporaryDirectory(prefix="kubectl-triton-batch-") as tmp:
+        top = Path(tmp).resolve()
+        for n, path in enumerate(paths):
+            wrapper = top / f"m{n}"
+            wrapper.mkdir()
+            _dump(wrapper / "kustomization.yaml", {
+                "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+                "resources": [os.path.relpath(path.resolve(), wrapper)], "transformers": ["member.yaml"]})
+            _dump(wrapper / "member.yaml", {
+                "apiVersion": "builtin", "kind": "AnnotationsTransformer", "metadata": {"name": "batch-member"},
+                "annotations": {_MEMBER: f"m{n}"}, "fieldSpecs": [{"path": "metadata/annotations", "create": True}]})
+        _dump(top / "kustomization.yaml", {"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+                                           "resources": [f"m{n}" for n in range(len(paths))]})
+        proc = subprocess.run([*command, *FLUX_FLAGS, str(top)], capture_output=True, text=True, check=False)
+    split = _split(proc.stdout, len(paths)) if proc.returncode == 0 else None
+    if split is None:
+        half = len(paths) // 2
+        return [*build_batch(paths[:half], command), *build_batch(paths[half:], command)]
+    return [Rendered(path, text) for path, text in zip(paths, split, strict=True)]
+
+
+def _split(output: str, count: int) -> list[str] | None:
+    """A batch's output as each member's own, or None when a document does not carry exactly one member mark."""
+    members: list[list[str]] = [[] for _ in range(count)]
+    if output:
+        for doc in output.removesuffix("\n").split("\n---\n"):
+            marks = list(_MEMBER_LINE.finditer(doc + "\n"))
+            if len(marks) != 1 or int(marks[0].group(2)) >= count:
+                return None
+            mark = marks[0]
+            before, after = doc[:mark.start()], (doc + "\n")[mark.end():]
+            head, _, last = before.rstrip("\n").rpartition("\n")
+            alone = last.strip() == "annotations:" and not after.startswith(mark.group(1)) \
+                and len(last) - len(last.lstrip()) < len(mark.group(1))
+            if alone:  # the wrapper created the annotations map: remove it with the mark
+                before = head + "\n" if head else ""
+            members[int(mark.group(2))].append(before + after)
+    return ["---\n".join(docs) for docs in members]
+
+
+def _dump(path: Path, doc: dict[str, Any]) -> None:
+    path.write_text(json.dumps(doc), encoding="utf-8")  # JSON is YAML: kustomize reads it as such
+
+
+# kubectl kustomize reports through klog: E1203 05:34:56.161372    5568 run.go:72] "command failed" err="..."
+_KLOG = re.compile(r'^[EWIF]\d{4} [\d:.]+\s+\d+ [^\]]+\] "command failed" err=(".*")$')
 
 
 def _first_error_line(stderr: str) -> str:
+    """kustomize's reason: the `Error:` line of the kustomize binary, or the err value of kubectl's klog line."""
     lines = [ln.strip() for ln in stderr.strip().splitlines() if ln.strip()]
     for ln in lines:
         if ln.lower().startswith("error:"):
             return ln[len("error:"):].strip()
+        if m := _KLOG.match(ln):
+            try:
+                return str(json.loads(m.group(1)))
+            except ValueError:
+                return m.group(1)[1:-1]
     return lines[-1] if lines else "no output"

@@ -207,12 +207,18 @@ def _relative_message(root: Path, message: str) -> str:
 
 
 def _provides(root: Path, findings: list[Finding]) -> ClusterProvides:
-    """kubectl-triton.yaml's `cluster.provides`; a malformed file is a finding and counts as empty."""
+    """kubectl-triton.yaml's `cluster.provides`; a malformed file is a finding (the gate goes on with the default
+    layout) and counts as empty."""
     try:
-        return read_cluster_provides(root)
+        provides = read_cluster_provides(root)
+        Layout.load(root)
     except LayoutError as err:
         findings.append(LAYOUT_INVALID.finding(err.problem, path=err.path, line=err.line))
         return ClusterProvides(file=LAYOUT_FILE)
+    except TritonCtlError as err:  # valid by the schema, refused by the reader (the defaults are used)
+        findings.append(LAYOUT_INVALID.finding(err.message.removeprefix(f"{LAYOUT_FILE}: "), path=LAYOUT_FILE))
+        return ClusterProvides(file=LAYOUT_FILE)
+    return provides
 
 
 def _metadata_findings(root: Path, layout: Layout, broken: set[Path]) -> list[Finding]:

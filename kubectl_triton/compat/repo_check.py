@@ -271,12 +271,16 @@ def load_model(root: Path, directory: Path) -> ModelInfo:
     candidates = [directory / ENGINE_MODEL / "config.pbtxt",
                   *sorted(p for p in directory.glob("*/config.pbtxt") if p.parent.name != ENGINE_MODEL)]
     for path in candidates:
-        if not path.is_file():
-            continue
         try:
-            cfg = pbtxt.to_dict(pbtxt.load(path))
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            continue  # validate reports unreadable configs; compat only skips them
+        if "tensorrtllm" not in text:
+            continue  # cannot say backend: "tensorrtllm"; parsing every model's config costs more than this test
+        try:
+            cfg = pbtxt.to_dict(pbtxt.parse(text, str(path)))
         except InputError:
-            continue  # validate reports unparsable configs; compat only skips them
+            continue
         if cfg.get("backend") == "tensorrtllm":
             config_path = str(path.relative_to(root))
             limits = config_limits(cfg)
@@ -289,7 +293,7 @@ def load_models(root: Path, *, skip_invalid: bool = False) -> dict[str, ModelInf
     """TensorRT-LLM models of the repo (backend tensorrtllm, or with recorded engines), by name. A malformed
     model.yaml raises InputError, or (`skip_invalid`, validate reports it itself) leaves that model out."""
     out: dict[str, ModelInfo] = {}
-    top = root / Repository.at(root).layout.models
+    top = root / Repository.at(root, tolerant=skip_invalid).layout.models
     if not top.is_dir():
         return out
     for directory in sorted(p for p in top.iterdir() if p.is_dir()):

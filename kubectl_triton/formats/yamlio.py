@@ -27,24 +27,24 @@ def loads_all(text: str, source: str = "<string>") -> list[Any]:
         raise InputError(f"{source}: invalid YAML: nested too deeply") from None
 
 
-_PARSED: dict[tuple[str, bytes], list[Any] | InputError] = {}
+_PARSED: dict[bytes, list[Any] | str] = {}  # content digest -> documents, or the error after its source name
 
 
 def loads_all_shared(text: str, source: str = "<string>") -> list[Any]:
-    """loads_all, memoised by source name and content digest for the process: a file read again (by several
-    checks of one validate run) is parsed once. The documents are shared: callers must not modify them."""
-    key = (source, hashlib.blake2b(text.encode("utf-8", "surrogateescape"), digest_size=16).digest())
+    """loads_all, memoised by content digest for the process: a file read again (by several checks of one
+    validate run, under any name) is parsed once. The documents are shared: callers must not modify them."""
+    key = hashlib.blake2b(text.encode("utf-8", "surrogateescape"), digest_size=16).digest()
     found = _PARSED.get(key)
     if found is None:
         try:
             found = loads_all(text, source)
         except InputError as err:
-            found = err
+            found = err.message.removeprefix(source)
         if len(_PARSED) > 20000:
             _PARSED.clear()
         _PARSED[key] = found
-    if isinstance(found, InputError):
-        raise InputError(found.message) from None
+    if isinstance(found, str):
+        raise InputError(f"{source}{found}") from None
     return found
 
 

@@ -362,6 +362,7 @@ def snapshots(roots: list[Path]) -> tuple[list[Snapshot], list[str]]:
     done: list[set[tuple[str, Path]]] = [set() for _ in roots]
     todo: list[tuple[int, str, Path]] = []
     for i, root in enumerate(roots):
+        Layout.load(root)  # a malformed layout file: no comparison (exit 2), whichever side has it
         for folder in Repository.at(root, tolerant=True).clusters:  # a malformed file fails its render
             snaps[i].setdefault(folder.name, {})
             if kustomization_file(folder.path):

@@ -41,61 +41,81 @@ def _generator_files(gen: Any) -> list[str]:
     return names
 
 
-def build_inputs(directory: Path) -> Inputs:
-    """Every file a build of `directory` can read."""
+@dataclass
+class _Folder:
+    """What one folder contributes to a build: its files, the folders it refers to, whether all is local."""
+
+    files: set[Path] = field(default_factory=set)
+    folders: list[Path] = field(default_factory=list)
+    complete: bool = True
+
+
+def build_inputs(directory: Path, memo: dict[Path, Any] | None = None) -> Inputs:
+    """Every file a build of `directory` can read. Pass the same `memo` to several calls of one run (files
+    unchanged meanwhile) so that folders they share (a base, a GPU component) are read once."""
     out = Inputs()
     seen: set[Path] = set()
-
-    def add_file(path: Path) -> None:
-        out.files.add(path.resolve())
+    folders = memo if memo is not None else {}
 
     def visit(folder: Path) -> None:
         folder = folder.resolve()
         if folder in seen:
             return
         seen.add(folder)
-        if not folder.is_dir():
-            out.complete = False
-            return
-        for child in folder.iterdir():  # `folder` is resolved: only symlinked children need resolving
-            if child.is_file():
-                out.files.add(child.resolve() if child.is_symlink() else child)
-        kfile = kustomization_file(folder)
-        if kfile is None:
-            return
-        try:
-            docs = load_all_shared(kfile)
-        except InputError:
-            out.complete = False
-            return
-        doc = docs[0] if docs and isinstance(docs[0], dict) else {}
-        if doc.get("helmCharts") or doc.get("helmChartInflationGenerator"):
-            out.complete = False
-        refs: list[str] = []
-        for key in _DIR_LISTS:
-            refs += [str(e) for e in doc.get(key) or [] if isinstance(e, str)]
-        for key in _FILE_LISTS:
-            refs += [str(e) for e in doc.get(key) or [] if isinstance(e, str)]
-        for key in ("patches", "patchesJson6902", "replacements"):
-            refs += [str(p["path"]) for p in doc.get(key) or [] if isinstance(p, dict) and p.get("path")]
-        refs += [str(p) for p in doc.get("patchesStrategicMerge") or [] if isinstance(p, str) and "\n" not in p]
-        for key in ("configMapGenerator", "secretGenerator"):
-            for gen in doc.get(key) or []:
-                refs += _generator_files(gen)
-        openapi = doc.get("openapi")
-        if isinstance(openapi, dict) and openapi.get("path"):
-            refs.append(str(openapi["path"]))
-        for ref in refs:
-            if _remote(ref):
-                out.complete = False
-                continue
-            target = folder / ref
-            if target.is_dir():
-                visit(target)
-            else:
-                add_file(target)  # a missing file is hashed as missing: the build fails and is not cached
+        if folder not in folders:
+            folders[folder] = _read_folder(folder)
+        own: _Folder = folders[folder]
+        out.files |= own.files
+        out.complete = out.complete and own.complete
+        for child in own.folders:
+            visit(child)
 
     visit(directory)
+    return out
+
+
+def _read_folder(folder: Path) -> _Folder:
+    out = _Folder()
+    if not folder.is_dir():
+        out.complete = False
+        return out
+    for child in folder.iterdir():  # `folder` is resolved: only symlinked children need resolving
+        if child.is_file():
+            out.files.add(child.resolve() if child.is_symlink() else child)
+    kfile = kustomization_file(folder)
+    if kfile is None:
+        return out
+    try:
+        docs = load_all_shared(kfile)
+    except InputError:
+        out.complete = False
+        return out
+    doc = docs[0] if docs and isinstance(docs[0], dict) else {}
+    if doc.get("helmCharts") or doc.get("helmChartInflationGenerator"):
+        out.complete = False
+    refs: list[str] = []
+    for key in _DIR_LISTS:
+        refs += [str(e) for e in doc.get(key) or [] if isinstance(e, str)]
+    for key in _FILE_LISTS:
+        refs += [str(e) for e in doc.get(key) or [] if isinstance(e, str)]
+    for key in ("patches", "patchesJson6902", "replacements"):
+        refs += [str(p["path"]) for p in doc.get(key) or [] if isinstance(p, dict) and p.get("path")]
+    refs += [str(p) for p in doc.get("patchesStrategicMerge") or [] if isinstance(p, str) and "\n" not in p]
+    for key in ("configMapGenerator", "secretGenerator"):
+        for gen in doc.get(key) or []:
+            refs += _generator_files(gen)
+    openapi = doc.get("openapi")
+    if isinstance(openapi, dict) and openapi.get("path"):
+        refs.append(str(openapi["path"]))
+    for ref in refs:
+        if _remote(ref):
+            out.complete = False
+            continue
+        target = folder / ref
+        if target.is_dir():
+            out.folders.append(target)
+        else:
+            out.files.add(target.resolve())  # a missing file is hashed as missing: the build fails, is not cached
     return out
 
 

@@ -122,7 +122,7 @@ def read_cluster_provides(root: Path) -> ClusterProvides:
     errors = sorted(jsonschema.Draft202012Validator(schema).iter_errors(doc), key=lambda e: list(e.absolute_path))
     if errors:
         first = errors[0]
-        where = ".".join(str(p) for p in first.absolute_path) or "(top level)"
+        where = "/".join(str(p) for p in first.absolute_path) or "(top level)"
         raise LayoutError(LAYOUT_FILE, _node_line(node, list(first.absolute_path)) if node is not None else None,
                           f"{where}: {first.message}")
     provides = (doc.get("cluster") or {}).get("provides") or {}

@@ -6,6 +6,7 @@ writes; a repository can name other folders in its layout file (see `Layout.load
 
 from __future__ import annotations
 
+import functools
 import json
 import posixpath
 from collections.abc import Iterator
@@ -57,12 +58,22 @@ class Layout:
     file: Path | None = None  # the layout file it was read from; None: defaults
 
     @classmethod
-    def load(cls, root: Path) -> Layout:
+    def load(cls, root: Path, *, tolerant: bool = False) -> Layout:
         """The layout file over the defaults (defaults when there is no file); the file is checked against
-        the JSON Schema shipped in the package (data/kubectl-triton.schema.json)."""
+        the JSON Schema shipped in the package (data/kubectl-triton.schema.json). A malformed file raises
+        InputError, or with `tolerant` (validate, which reports it as a finding) gives the defaults."""
         path = root / LAYOUT_FILE
         if not path.is_file():
             return cls()
+        try:
+            return cls._read(path)
+        except InputError:
+            if tolerant:
+                return cls(file=path)
+            raise
+
+    @classmethod
+    def _read(cls, path: Path) -> Layout:
         docs = load_all(path)
         doc = (docs[0] if docs else None) or {}  # an empty file: the defaults
         if not isinstance(doc, dict):
@@ -132,12 +143,18 @@ class Layout:
         return posixpath.relpath(to, from_dir)
 
 
+@functools.cache
+def _layout_validator() -> Any:
+    import jsonschema
+
+    return jsonschema.Draft202012Validator(json.loads(data_text(LAYOUT_SCHEMA)))
+
+
 def _check_schema(doc: dict[str, Any]) -> None:
     """One InputError naming the first place where `doc` breaks the layout file's JSON Schema."""
     import jsonschema
 
-    schema = json.loads(data_text(LAYOUT_SCHEMA))
-    error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema).iter_errors(doc))
+    error = jsonschema.exceptions.best_match(_layout_validator().iter_errors(doc))
     if error is not None:
         where = "/".join(str(p) for p in error.absolute_path) or "(top level)"
         raise InputError(f"{LAYOUT_FILE}: {where}: {error.message}",
@@ -269,9 +286,10 @@ class Repository:
     @classmethod
     def at(cls, root: Path, *, tolerant: bool = False) -> Repository:
         """The repository whose root is `root` (its layout file read, if any). With `tolerant`, malformed
-        kustomization and Flux files are skipped (validate reports each as a finding)."""
+        kustomization and Flux files are skipped and a malformed layout file gives the default layout
+        (validate reports each as a finding)."""
         root = root.resolve()
-        layout = Layout.load(root)  # a malformed layout file is a usage error even when tolerant
+        layout = Layout.load(root, tolerant=tolerant)
         register(layout.gpu_types)  # the repository's own GPU types join the catalog for every lookup
         return cls(root, layout, tolerant)
 

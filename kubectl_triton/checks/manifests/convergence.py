@@ -376,6 +376,9 @@ class _Cluster:
 
     by_kind: dict[tuple[str, str | None, str], dict] = field(default_factory=dict)  # (kind, ns, name)
     templates: dict[str | None, list[tuple[dict, dict]]] = field(default_factory=lambda: defaultdict(list))
+    # (workload, labels of its pod template) per namespace: what Service and PDB selectors are matched against
+    pod_labels: dict[str | None, list[tuple[dict, dict[str, str]]]] = field(
+        default_factory=lambda: defaultdict(list))
     services: dict[str | None, list[dict]] = field(default_factory=lambda: defaultdict(list))
     claim_templates: set[tuple[str | None, str]] = field(default_factory=set)
 
@@ -385,6 +388,7 @@ class _Cluster:
         if kind in WORKLOADS:
             for template in pod_templates(obj):
                 self.templates[ns].append((obj, template))
+                self.pod_labels[ns].append((obj, _labels(template)))
             if kind == "StatefulSet":
                 for vct in _spec(obj).get("volumeClaimTemplates") or []:
                     if isinstance(vct, dict):
@@ -478,8 +482,8 @@ def _reference_findings(ks: Applied, objects: list[dict], cluster: _Cluster,
         elif kind == "Service" and _group(obj) == "":
             selector = _spec(obj).get("selector")
             if isinstance(selector, dict) and selector and not any(
-                    selector_matches({"matchLabels": _without_controller_labels(selector, w)}, _labels(t))
-                    for w, t in cluster.templates[ns]):
+                    selector_matches({"matchLabels": _without_controller_labels(selector, w)}, labels)
+                    for w, labels in cluster.pod_labels[ns]):
                 yield SERVICE_SELECTS_NOTHING.finding(
                     f"selector {_fmt_labels(selector)} matches no pod template in namespace {ns}: the Service "
                     "never gets endpoints", path=ks.path, object=oid)
@@ -491,7 +495,7 @@ def _reference_findings(ks: Applied, objects: list[dict], cluster: _Cluster,
                     path=ks.path, object=oid)
         elif kind == "PodDisruptionBudget":
             selector = _spec(obj).get("selector")
-            if not any(selector_matches(selector, _labels(t)) for _, t in cluster.templates[ns]):
+            if not any(selector_matches(selector, labels) for _, labels in cluster.pod_labels[ns]):
                 yield PDB_SELECTS_NOTHING.finding(
                     f"selector {_fmt_labels((selector or {}).get('matchLabels') or {})} matches no pod template "
                     f"in namespace {ns}", path=ks.path, object=oid)
@@ -555,11 +559,12 @@ def _storage_classes(provides: ClusterProvides, all_objects: Iterable[dict]) -> 
 
 
 def _wait_findings(ks: Applied, objects: list[dict], provides: ClusterProvides,
-                   all_objects: list[dict]) -> Iterator[Finding]:
-    """`wait: true` Kustomizations: PersistentVolumeClaims that never bind with the declared StorageClasses."""
+                   storage: tuple[dict[str, Any], str | None]) -> Iterator[Finding]:
+    """`wait: true` Kustomizations: PersistentVolumeClaims that never bind with the StorageClasses `storage`
+    (`_storage_classes` of the cluster)."""
     if not ks.waits:
         return
-    classes, default = _storage_classes(provides, all_objects)
+    classes, default = storage
     mounted = {str((v.get("persistentVolumeClaim") or {}).get("claimName"))
                for o in objects if o.get("kind") in WORKLOADS for t in pod_templates(o)
                for v in _spec(t).get("volumes") or [] if isinstance(v, dict) and v.get("persistentVolumeClaim")}
@@ -639,6 +644,7 @@ def check_cluster(applied: list[Applied], provides: ClusterProvides, flux_namesp
     for ks in applied:
         _add_from(everywhere, ks, effective[ks.key], True, all_objects)
     out: list[Finding] = out_cycles
+    storage = _storage_classes(provides, all_objects)
     for ks in applied:
         if ks.objects is None:
             continue
@@ -651,7 +657,7 @@ def check_cluster(applied: list[Applied], provides: ClusterProvides, flux_namesp
             _add_from(have, ks, objects, False, all_objects)
             out.extend(_order_findings(ks, objects, have, everywhere))
         out.extend(_reference_findings(ks, objects, cluster, provides))
-        out.extend(_wait_findings(ks, objects, provides, all_objects))
+        out.extend(_wait_findings(ks, objects, provides, storage))
     return out
 
 

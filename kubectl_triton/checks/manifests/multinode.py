@@ -148,7 +148,7 @@ def _shm_problem(template: dict, gpus: int) -> str | None:
 
 def _engine_world(root: Path, model: str, gpu: GPU | None) -> tuple[int | None, int | None, str]:
     """(tp x pp from model.yaml, recorded engine's world size, where) of the model a group serves."""
-    rel = Repository.at(root).layout.model_dir(model)
+    rel = Repository.at(root, tolerant=True).layout.model_dir(model)
     directory = root / rel
     if not directory.is_dir():
         return None, None, ""

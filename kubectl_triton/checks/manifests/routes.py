@@ -61,7 +61,7 @@ def _deployed(root: Path, target: Any, targets: list[Any], by_path: dict, flux: 
     """Targets applied next to `target` (same cluster folders), and whether `target` is registered."""
     clusters = {ks.file.parent for ks in flux if (root / ks.path).resolve() == target.path}
     if not clusters:
-        overlays = Repository.at(root).layout.overlays + "/"
+        overlays = Repository.at(root, tolerant=True).layout.overlays + "/"
         return [t for t in targets if t.rel.startswith(overlays)], False
     paths = {(root / ks.path).resolve() for ks in flux if any(c in ks.file.parents or c == ks.file.parent
                                                              for c in clusters)}

@@ -415,7 +415,7 @@ def check_credentials(source: str, obj: dict) -> list[Finding]:
 def check_model_metadata(root: Path) -> list[Finding]:
     """Literal credentials in models/*/model.yaml (a Secret's name is fine; its values are not)."""
     out: list[Finding] = []
-    models = root / Repository.at(root).layout.models
+    models = root / Repository.at(root, tolerant=True).layout.models
     for path in sorted(models.glob("*/model.yaml")) if models.is_dir() else []:
         rel = path.relative_to(root).as_posix()
         try:
