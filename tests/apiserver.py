@@ -46,6 +46,7 @@ KINDS: dict[str, tuple[str, str, str, bool]] = {
     "jobs": ("batch", "v1", "Job", True),
     "horizontalpodautoscalers": ("autoscaling", "v2", "HorizontalPodAutoscaler", True),
     "kustomizations": ("kustomize.toolkit.fluxcd.io", "v1", "Kustomization", True),
+    "leaderworkersets": ("leaderworkerset.x-k8s.io", "v1", "LeaderWorkerSet", True),
 }
 KIND_TO_PLURAL = {kind: plural for plural, (_, _, kind, _) in KINDS.items()}
 # The same stored objects served by a second API in its own shape (as the real server does for Events).
@@ -79,6 +80,8 @@ def events_v1(core: dict) -> dict:
            "deprecatedLastTimestamp": core.get("lastTimestamp"), "eventTime": core.get("eventTime")}
     if core.get("series"):
         out["series"] = core["series"]
+    if core.get("related"):
+        out["related"] = core["related"]
     return out
 
 
@@ -92,7 +95,9 @@ def core_event(ev: dict) -> dict:
             "type": ev.get("type", ""), "count": count, "reportingComponent": ev.get("reportingController", ""),
             "source": {"component": ev.get("reportingController", "")}, "eventTime": ev.get("eventTime"),
             "firstTimestamp": ev.get("deprecatedFirstTimestamp"), "lastTimestamp": ev.get("deprecatedLastTimestamp"),
-            **({"series": ev["series"]} if ev.get("series") else {})}
+            "action": ev.get("action", ""), "reportingInstance": ev.get("reportingInstance", ""),
+            **({"series": ev["series"]} if ev.get("series") else {}),
+            **({"related": ev["related"]} if ev.get("related") else {})}
 
 
 @dataclass
@@ -140,6 +145,7 @@ class FakeCluster:
     expire_watches: bool = False  # every watch from a resourceVersion gets 410 Gone (a compacting etcd)
     bookmark_interval: float = 1.0  # seconds between BOOKMARK events on a quiet watch that asked for them
     watch_errors: list[tuple[str, dict]] = field(default_factory=list)  # (plural, Status): sent once as ERROR
+    unserved: set[str] = field(default_factory=set)  # plurals whose API is not served (CRD not installed): 404
     requests: list[Request] = field(default_factory=list)
     violations: list[str] = field(default_factory=list)
     lock: threading.Condition = field(default_factory=threading.Condition)
@@ -332,7 +338,12 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(200, {"major": "1", "minor": "31", "gitVersion": "v1.31.0"})
             return
         m = _PATH_RE.match(url.path)
-        if not m or m.group("plural") not in KINDS:
+        if m and m.group("plural") in cluster.unserved:  # a CRD not installed: the request is made, and 404
+            with cluster.lock:
+                cluster.requests.append(Request("GET", "watch" if query.get("watch") in ("true", "1") else "list"
+                                                if not m.group("name") else "get", m.group("plural"), m.group("ns"),
+                                                m.group("name"), self.path, m.group("group") or ""))
+        if not m or m.group("plural") not in KINDS or m.group("plural") in cluster.unserved:
             self._send_json(404, _status(404, "NotFound", "the server could not find the requested resource"))
             return
         plural, ns, name, sub = m.group("plural"), m.group("ns"), m.group("name"), m.group("sub")
@@ -377,7 +388,9 @@ class _Handler(BaseHTTPRequestHandler):
             # the real API server's wording: `pods "NAME" is forbidden: User "U" cannot get resource "pods/log"
             # in API group "" in the namespace "NS"` (no name for list/watch), details {name, kind: plural}
             where = f'in the namespace "{ns}"' if ns else "at the cluster scope"
-            target = f'{plural} "{name.split(":")[0]}"' if name else plural
+            # (a resource of a named group is qualified: `leaderworkersets.leaderworkerset.x-k8s.io is forbidden`)
+            qualified = f"{plural}.{group}" if group else plural
+            target = f'{qualified} "{name.split(":")[0]}"' if name else qualified
             doc = _status(403, "Forbidden", f'{target} is forbidden: User "{cluster.user}" cannot {rbac_verb} '
                           f'resource "{rbac_res}" in API group "{group}" {where}', plural)
             if name:
@@ -969,6 +982,130 @@ def api(tmp_path: Path):
         server.kubeconfig_path = server.kubeconfig(tmp_path)
         yield server
         assert server.cluster.violations == [], f"mutating requests sent: {server.cluster.violations}"
+
+
+LWS_NAME = "leaderworkerset.sigs.k8s.io/name"
+LWS_GROUP = "leaderworkerset.sigs.k8s.io/group-index"
+LWS_WORKER = "leaderworkerset.sigs.k8s.io/worker-index"
+LWS_SIZE = "leaderworkerset.sigs.k8s.io/size"
+IMAGE_TRTLLM = "nvcr.io/nvidia/tritonserver:24.12-trtllm-python-py3"
+
+
+def leaderworkerset(model: str, *, ns: str = NAMESPACE, replicas: int = 1, size: int = 2, ready: int | None = None,
+                    updated: int | None = None, total: int | None = None, generation: int = 1,
+                    observed: int | None = None, conditions: list[tuple[str, str]] | None = None,
+                    rollout: dict | None = None, gpus: int = 8) -> dict:
+    """A LeaderWorkerSet as base/triton-multinode renders it (name MODEL-triton-group, the model's labels, leader
+    and worker templates), with a status the lws controller writes (pkg/controllers/leaderworkerset_controller.go:
+    replicas, readyReplicas, updatedReplicas, observedGeneration and the mutually exclusive Available / Progressing
+    conditions, UpdateInProgress during a rolling update). `conditions`: (type, status) pairs; default Available
+    when every group is ready, else Progressing."""
+    ready = replicas if ready is None else ready
+    updated = replicas if updated is None else updated
+    observed = generation if observed is None else observed
+    name = f"{model}-triton-group"
+    words = {"Available": ("AllGroupsReady", "All replicas are ready"),
+             "Progressing": ("GroupsProgressing", "Replicas are progressing"),
+             "UpdateInProgress": ("GroupsUpdating", "Rolling Upgrade is in progress")}
+    if conditions is None:
+        conditions = [("Available", "True")] if ready >= replicas and updated >= replicas else \
+            [("Available", "False"), ("Progressing", "True")]
+    conds = [{"type": t, "status": st, "reason": words[t][0], "message": words[t][1], "observedGeneration": observed,
+              "lastTransitionTime": ts(-300)} for t, st in conditions]
+
+    def template(role: str, command: list[str]) -> dict:
+        return {"metadata": {"labels": {**labels(model), "triton.kubectl.io/role": role}},
+                "spec": {"containers": [{"name": "tritonserver", "image": IMAGE_TRTLLM, "command": command,
+                                         "ports": [{"name": "http", "containerPort": 8000}],
+                                         "resources": {"limits": {"nvidia.com/gpu": gpus}}}]}}
+    return {
+        "apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
+        "metadata": {"name": name, "namespace": ns, "generation": generation, "labels": labels(model),
+                     "creationTimestamp": ts(-3600)},
+        "spec": {"replicas": replicas, "startupPolicy": "LeaderCreated",
+                 "rolloutStrategy": {"type": "RollingUpdate", "rollingUpdateConfiguration": {
+                     "partition": 0, "maxUnavailable": 1, "maxSurge": 0, **(rollout or {})}},
+                 "leaderWorkerTemplate": {"size": size, "restartPolicy": "RecreateGroupOnPodRestart",
+                                          "leaderTemplate": template("leader", ["sh", "/multinode/leader.sh"]),
+                                          "workerTemplate": template("worker", ["sh", "/multinode/worker.sh"])},
+                 "networkConfig": {"subdomainPolicy": "Shared"}},
+        "status": {"observedGeneration": observed, "replicas": replicas if total is None else total,
+                   "readyReplicas": ready, "updatedReplicas": updated, "conditions": conds,
+                   "hpaPodSelector": f"{LWS_NAME}={name},{LWS_WORKER}=0"},
+    }
+
+
+def group_pod(lws: dict, group: int = 0, worker: int = 0, *, phase: str = "Running", ready: bool = True,
+              started: bool | None = None, restarts: int = 0, state: dict | None = None,
+              last_state: dict | None = None, scheduled: tuple[str, str, str] | None = None,
+              node: str | None = None, revision: str = "5d8f7c9b4", age_s: float = 600) -> dict:
+    """A pod of a LeaderWorkerSet group as the lws controller and its pod webhook make it: the leader (worker index
+    0, named LWS-GROUP, owned by the leader StatefulSet) or worker i (LWS-GROUP-i, owned by the group's worker
+    StatefulSet), with the set's name, group index, worker index, group key and revision labels and the size
+    annotation, and the kubelet's container status."""
+    lname, ns = lws["metadata"]["name"], lws["metadata"]["namespace"]
+    role = "leader" if worker == 0 else "worker"
+    tmpl = lws["spec"]["leaderWorkerTemplate"][f"{role}Template"]
+    name = f"{lname}-{group}" if worker == 0 else f"{lname}-{group}-{worker}"
+    owner = lname if worker == 0 else f"{lname}-{group}"
+    started = ready if started is None else started
+    state = state or ({"running": {"startedAt": ts(-age_s + 30)}} if phase == "Running" else
+                      {"waiting": {"reason": "ContainerCreating"}})
+    conditions = [{"type": "PodScheduled", "status": "True", "lastTransitionTime": ts(-age_s)}]
+    status: dict = {"phase": phase, "qosClass": "Burstable"}
+    if scheduled:
+        conditions = [{"type": "PodScheduled", "status": scheduled[0], "reason": scheduled[1],
+                       "message": scheduled[2], "lastTransitionTime": ts(-age_s)}]
+    else:
+        conditions += [{"type": "Initialized", "status": "True", "lastTransitionTime": ts(-age_s + 10)},
+                       {"type": "ContainersReady", "status": str(ready), "lastTransitionTime": ts(-age_s + 60)},
+                       {"type": "Ready", "status": str(ready), "lastTransitionTime": ts(-age_s + 60)}]
+        cs = {"name": "tritonserver", "image": IMAGE_TRTLLM, "imageID": "", "ready": ready, "started": started,
+              "restartCount": restarts, "state": state}
+        if last_state:
+            cs["lastState"] = last_state
+        status.update(hostIP=f"10.0.4.{10 + group * 8 + worker}", podIP=f"10.244.{group + 2}.{worker + 5}",
+                      startTime=ts(-age_s), containerStatuses=[cs])
+    status["conditions"] = conditions
+    annotations = {LWS_SIZE: str(lws["spec"]["leaderWorkerTemplate"]["size"])}
+    if worker:
+        annotations["leaderworkerset.sigs.k8s.io/leader-name"] = f"{lname}-{group}"
+    spec = copy.deepcopy(tmpl["spec"])
+    default_node = f"gpu-node-h100-{group * 8 + worker + 1}"
+    spec.update(hostname=name, subdomain=lname, nodeName=None if scheduled else (node or default_node))
+    return {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": ns, "uid": f"uid-{name}-{revision}", "creationTimestamp": ts(-age_s),
+                     "labels": {**tmpl["metadata"]["labels"], LWS_NAME: lname, LWS_GROUP: str(group),
+                                LWS_WORKER: str(worker),
+                                "leaderworkerset.sigs.k8s.io/group-key": f"{lname}-{group}-key",
+                                "leaderworkerset.sigs.k8s.io/template-revision-hash": revision},
+                     "annotations": annotations,
+                     "ownerReferences": [{"apiVersion": "apps/v1", "kind": "StatefulSet", "controller": True,
+                                          "name": owner, "uid": f"uid-sts-{owner}"}]},
+        "spec": spec,
+        "status": status,
+    }
+
+
+def group_event(lws: dict, reason: str, message: str, *, type_: str = "Normal", count: int = 1,
+                age_s: float = 30, related: dict | None = None) -> dict:
+    """An event the lws controller records (events.k8s.io recorder: regarding the LeaderWorkerSet, `related` the
+    pod it acted on), e.g. RecreateGroup "Worker pod X failed, deleted leader pod Y to recreate group N"."""
+    meta = lws["metadata"]
+    ev = {"apiVersion": "events.k8s.io/v1", "kind": "Event",
+          "metadata": {"name": f"{meta['name']}.{abs(hash((reason, message))) % 10**12:x}",
+                       "namespace": meta["namespace"], "creationTimestamp": ts(-age_s)},
+          "regarding": {"apiVersion": lws["apiVersion"], "kind": "LeaderWorkerSet", "name": meta["name"],
+                        "namespace": meta["namespace"], "uid": meta.get("uid", "")},
+          "note": message, "reason": reason, "type": type_, "action": "Delete" if reason == "RecreateGroup" else
+          "Update", "reportingController": "lws", "reportingInstance": "lws-controller-manager",
+          "eventTime": ts(-age_s), "deprecatedCount": count, "deprecatedFirstTimestamp": ts(-age_s - 60 * count),
+          "deprecatedLastTimestamp": ts(-age_s)}
+    if related:
+        ev["related"] = {"apiVersion": "v1", "kind": "Pod", "name": related["metadata"]["name"],
+                         "namespace": meta["namespace"]}
+    return ev
 
 
 def healthy_model(cluster: FakeCluster, model: str, *, ns: str = NAMESPACE) -> dict:

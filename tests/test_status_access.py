@@ -189,7 +189,7 @@ def test_watch_410_forever_backs_off(run_cli, api, monkeypatch):  # noqa: F811
     res = run_cli("status", "--kubeconfig", str(api.kubeconfig_path), "--no-probe", "--wait", "--timeout", "2s")
     assert res.exit_code == 3, res.stderr
     watches = api.cluster.count("watch")
-    informers = 6
+    informers = 7  # Deployments, Jobs, Pods, Events, HPAs, Kustomizations, LeaderWorkerSets
     # backoff 0.2, 0.4, 0.8 (+20% jitter) fits at most 4 watches per informer in 2 s
     assert informers <= watches <= informers * 4, watches
     print(f"\nwatch 410 forever, 2 s: {watches} watches and {api.cluster.count('list')} lists for {informers} "

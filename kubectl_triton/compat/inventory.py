@@ -50,6 +50,15 @@ class OverlayFit:
     nodes_free_now: int          # ... that have that many GPUs free now
     reason: str
     group_size: int = 1          # pods of a LeaderWorkerSet group, each on its own node
+    groups_free_now: int | None = None   # a group: whole groups that could start now (nodes free now // size)
+    groups_that_fit: int | None = None   # a group: whole groups the selected nodes could host when empty
+
+    @property
+    def can_run(self) -> str:
+        """yes: it can start now; later: once GPUs are freed; no: no node (or not enough nodes) ever fits."""
+        if self.groups_free_now is not None:
+            return "yes" if self.groups_free_now else ("later" if self.groups_that_fit else "no")
+        return "yes" if self.nodes_free_now else ("later" if self.nodes_that_fit else "no")
 
 
 def _count(value: Any) -> int:
@@ -116,7 +125,8 @@ def inventory(nodes: Iterable[dict], pods: Iterable[dict], overlays: Iterable[Pl
             # A LeaderWorkerSet group: all its pods run at once, one per node (each asks for a node's GPUs).
             reason = (f"group of {size} pods x {need} GPU(s): {len(fit)} node(s) can host a pod, "
                       f"{len(free)} with {need} free now; " +
-                      ("the whole group fits now" if len(free) >= size else
+                      ((f"{len(free) // size} whole groups fit now" if len(free) >= 2 * size else
+                        "the whole group fits now") if len(free) >= size else
                        f"the group needs {size}" if len(fit) >= size else
                        f"the group can never start: it needs {size}"))
         elif not fit:
@@ -126,7 +136,9 @@ def inventory(nodes: Iterable[dict], pods: Iterable[dict], overlays: Iterable[Pl
         else:
             reason = f"{len(free)} node(s) have {need} GPU(s) free"
         fits.append(OverlayFit(overlay=o.overlay, model=o.model, gpus_per_pod=o.gpus_per_pod,
-                               nodes_that_fit=len(fit), nodes_free_now=len(free), reason=reason, group_size=size))
+                               nodes_that_fit=len(fit), nodes_free_now=len(free), reason=reason, group_size=size,
+                               groups_free_now=len(free) // size if size > 1 else None,
+                               groups_that_fit=len(fit) // size if size > 1 else None))
     return rows, fits
 
 

@@ -90,8 +90,8 @@ def format_inventory(rows: list[GPUType], fits: list[OverlayFit]) -> str:
                  [[r.product, r.key or "?", r.nodes, r.allocatable, r.requested, r.free] for r in rows])
            if rows else "No GPU nodes found."]
     if fits:
-        out.append(table(["OVERLAY", "MODEL", "GPUS/POD", "CAN RUN", "REASON"],
-                         [[f.overlay, f.model, f.gpus_per_pod or 0,
-                           "yes" if f.nodes_free_now else ("later" if f.nodes_that_fit else "no"), f.reason]
+        out.append(table(["OVERLAY", "MODEL", "GPUS/POD", "PODS/GROUP", "GROUPS NOW", "CAN RUN", "REASON"],
+                         [[f.overlay, f.model, f.gpus_per_pod or 0, f.group_size,
+                           "-" if f.groups_free_now is None else f.groups_free_now, f.can_run, f.reason]
                           for f in fits]))
     return "\n\n".join(out)

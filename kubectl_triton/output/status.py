@@ -23,6 +23,9 @@ def to_text(statuses: list[ModelStatus], notes: list[str] | None = None) -> str:
         for r in s.reasons:
             out.append(f"  {r.code}: {r.message}")
             out.append(f"    fix: {r.fix}")
+        for g in s.groups or []:  # a LeaderWorkerSet's groups
+            out.append(f"  group {g['group']}: {g['state']}, {g['ready']} pods ready"
+                       + (f" (leader {g['leader']})" if g.get("leader") else ""))
     if notes:
         out += ["", "Not everything was read:"] + [f"  {n}" for n in notes]
     return "\n".join(out)
@@ -41,7 +44,8 @@ def _model_cell(s: ModelStatus) -> str:
 
 def document(statuses: list[ModelStatus], notes: list[str] | None = None) -> dict:
     """{"healthy": bool, "models": [{model, namespace, phase, ready, revision, reasons: [...]}], "notes": [...]}
-    (notes only when something could not be read): the -o json / -o yaml document."""
+    (notes only when something could not be read; a LeaderWorkerSet's row adds "groups": [{group, state, ready,
+    leader}]): the -o json / -o yaml document."""
     doc: dict = {"healthy": all(s.phase == HEALTHY for s in statuses), "models": [s.as_dict() for s in statuses]}
     if notes:
         doc["notes"] = list(notes)

@@ -34,12 +34,18 @@ SOURCES: dict[str, tuple[str, str | None, str | None, bool]] = {
     "events": ("events", None, "involvedObject.kind=Pod", True),
     "hpas": ("horizontalpodautoscalers", None, None, True),
     "kustomizations": ("kustomizations", None, None, False),
+    "lws": ("leaderworkersets", "models", None, True),  # multi-node groups (kubernetes-sigs/lws)
+    "lws_events": ("events", None, "involvedObject.kind=LeaderWorkerSet", True),  # RecreateGroup, read with groups
 }
+# Custom resources whose API a cluster may not serve (the CRD is not installed): a 404 means none of them.
+CUSTOM = {"lws"}
 # Lists the diagnosis can do without: a 403 on one is named in a note, and the rest goes on.
 OPTIONAL = {
     "jobs": "engine-build Jobs are not shown",
     "events": "scheduling, probe and kill events are not used",
     "hpas": "autoscaler conditions are not checked",
+    "lws": "multi-node groups (LeaderWorkerSets) are not shown",
+    "lws_events": "group recreations (the lws controller's RecreateGroup events) are not counted",
 }
 # What each enrichment adds, for the note that says it was skipped.
 PROBE_ADDS = "Triton's own per-model readiness and load errors"
@@ -116,17 +122,32 @@ class Collector:
         if field not in OPTIONAL:
             return self.kube.list(resource, ns, label_selector=self.selector(label_which),
                                   field_selector=field_selector)
-        got = self.kube.list(resource, ns, label_selector=self.selector(label_which),
-                             field_selector=field_selector, tolerate=(403,))
-        if got is None and field == "events":  # RBAC may grant the newer Event API only
-            got = self.kube.list("events.k8s.io", ns, field_selector="regarding.kind=Pod", tolerate=(403, 404))
+        if field in CUSTOM:
+            got = self._custom(resource, ns, label_which)
+        else:
+            got = self.kube.list(resource, ns, label_selector=self.selector(label_which),
+                                 field_selector=field_selector, tolerate=(403,))
+        if got is None and resource == "events":  # RBAC may grant the newer Event API only
+            newer = (field_selector or "").replace("involvedObject.", "regarding.")
+            got = self.kube.list("events.k8s.io", ns, field_selector=newer, tolerate=(403, 404))
             if got is not None:
-                self.watch_source[field] = ("events.k8s.io", "regarding.kind=Pod")
+                self.watch_source[field] = ("events.k8s.io", newer)
         if got is None:
             self.note(f"list-{field}", f"not read: {RESOURCES[resource].display} (list is forbidden); "
                                        f"{OPTIONAL[field]}")
             return [], ""
         return got
+
+    def _custom(self, resource: str, ns: str | None, label_which: str | None) -> tuple[list[dict], str] | None:
+        """A custom resource's list: ([], "") when its API is not served (no CRD: nothing to show, nothing to
+        note), None when the list is forbidden."""
+        try:
+            got = self.kube.list(resource, ns, label_selector=self.selector(label_which), tolerate=(404,))
+        except ClusterError as err:
+            if err.message.startswith("forbidden"):
+                return None
+            raise
+        return got or ([], "")
 
     def _list_kustomizations(self) -> tuple[list[dict], str]:
         """Flux Kustomizations in any namespace; with only namespaced rights, those of flux-system.
@@ -151,11 +172,14 @@ class Collector:
     def snapshot(self) -> Snapshot:
         deployments, _ = self.list_source("deployments")
         jobs, _ = self.list_source("jobs")
-        snap = Snapshot(deployments=deployments, jobs=jobs, probing=self.probe)
-        if deployments or jobs:  # nothing else matters without a Triton Deployment or engine build
+        groups, _ = self.list_source("lws")
+        snap = Snapshot(deployments=deployments, jobs=jobs, lws=groups, probing=self.probe)
+        if deployments or jobs or groups:  # nothing else matters without a Triton Deployment, group or engine build
             for field in ("pods", "events", "hpas", "kustomizations"):
                 setattr(snap, field, self.list_source(field)[0])
             snap.routes = self.routes(deployments)
+        if groups:
+            snap.lws_events = self.list_source("lws_events")[0]
         return snap
 
     def _read_log(self, req) -> str | None:
@@ -355,14 +379,20 @@ def wait_for(collector: Collector, timeout_s: float, *, grace_s: float,
     informers: dict[str, Informer] = {}
     routes: list[dict] | None = None
     for field in SOURCES:
+        if field == "lws_events":
+            continue  # read once a group is in scope (below)
         items, rv = collector.list_source(field)
         informers[field] = Informer(collector, field, items, rv, changes, stop)
     for inf in informers.values():
         inf.thread.start()
     try:
         while True:
+            if "lws_events" not in informers and informers["lws"].current():
+                items, rv = collector.list_source("lws_events")
+                informers["lws_events"] = Informer(collector, "lws_events", items, rv, changes, stop)
+                informers["lws_events"].thread.start()
             snap = Snapshot(probing=collector.probe)
-            for f in SOURCES:
+            for f in informers:
                 setattr(snap, f, informers[f].current())
             if routes is None and diag.canaries(snap.deployments):
                 routes = collector.routes(snap.deployments)  # read once: weights change through git

@@ -54,6 +54,17 @@ _HPA_CONDITIONS_ANN = "autoscaling.alpha.kubernetes.io/conditions"  # autoscalin
 _LIVENESS_KILL = re.compile(r"failed liveness probe", re.I)
 _FINISHED = {"Failed", "Succeeded"}
 
+# LeaderWorkerSet (kubernetes-sigs/lws api/leaderworkerset/v1): the labels its controller and pod webhook set on
+# a group's pods, the event its pod controller records when RecreateGroupOnPodRestart deletes a group's leader.
+LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
+LWS_GROUP_LABEL = "leaderworkerset.sigs.k8s.io/group-index"
+LWS_WORKER_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
+LWS_GROUP_SUFFIX = "-triton-group"  # base/triton-multinode names the set MODEL-triton-group
+RECREATE_GROUP_EVENT = "RecreateGroup"
+_RECREATED = re.compile(r"pod (?P<pod>\S+) failed, deleted leader pod (?P<leader>\S+) to recreate group "
+                        r"(?P<group>\d+)")
+GROUP_RECREATES_BEFORE_GIVING_UP = 3  # a group recreated this often without becoming ready is a crash loop
+
 
 # -- small accessors ------------------------------------------------------------------------------------
 
@@ -99,18 +110,63 @@ TRITON_MODELS_ANN = "triton.kubectl.io/triton-models"
 
 
 def model_name(deployment: dict) -> str:
+    """The model a Deployment or LeaderWorkerSet serves: its instance label (a canary's model label)."""
     if _labels(deployment).get(TRACK_LABEL) and _labels(deployment).get(MODEL_LABEL):
         return _labels(deployment)[MODEL_LABEL]  # a canary Deployment: the model it is a track of
-    return _labels(deployment).get(INSTANCE_LABEL) or _meta(deployment).get("name", "").removesuffix("-triton")
+    name = _meta(deployment).get("name", "")
+    return _labels(deployment).get(INSTANCE_LABEL) or name.removesuffix(LWS_GROUP_SUFFIX).removesuffix("-triton")
 
 
 def pods_of(deployment: dict, pods: Iterable[dict]) -> list[dict]:
-    """Pods the Deployment's selector matches in its namespace, skipping ones being deleted."""
+    """Pods the Deployment's selector matches in its namespace, skipping ones being deleted and the pods of a
+    LeaderWorkerSet group (they carry the same model labels, but their owner is the group)."""
     ns = _meta(deployment).get("namespace")
     selector = ((deployment.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
     return sorted((p for p in pods if _meta(p).get("namespace") == ns and not _meta(p).get("deletionTimestamp")
+                   and LWS_NAME_LABEL not in _labels(p)
                    and selector and all(_labels(p).get(k) == v for k, v in selector.items())),
                   key=lambda p: _meta(p).get("name", ""))
+
+
+def group_pods(lws: dict, pods: Iterable[dict], *, crashed_deleting: bool = False) -> dict[int, list[dict]]:
+    """A LeaderWorkerSet's pods by group index (leader first, then workers by index): the pods labelled with the
+    set's name in its namespace, skipping ones being deleted. `crashed_deleting`: keep a pod being deleted whose
+    container restarted: the instance that made the lws controller recreate the group (its log is readable until
+    the foreground deletion of the group ends)."""
+    ns, name = _ns_name(lws)
+    out: dict[int, list[dict]] = {}
+    for p in pods:
+        lab = _labels(p)
+        if _meta(p).get("namespace") != ns or lab.get(LWS_NAME_LABEL) != name:
+            continue
+        if _meta(p).get("deletionTimestamp") and not (crashed_deleting and _restarted(p)):
+            continue
+        group = _int(lab.get(LWS_GROUP_LABEL))
+        if group is not None:
+            out.setdefault(group, []).append(p)
+    for members in out.values():
+        members.sort(key=lambda p: (_int(_labels(p).get(LWS_WORKER_LABEL)) or 0, _meta(p).get("name", "")))
+    return out
+
+
+def _restarted(pod: dict) -> bool:
+    return any(int(c.get("restartCount") or 0) > 0 for c, _ in _container_statuses(pod))
+
+
+def _worker_index(pod: dict) -> int:
+    return _int(_labels(pod).get(LWS_WORKER_LABEL)) or 0
+
+
+def _group_template(lws: dict) -> dict:
+    """The leader's pod template of a LeaderWorkerSet (the worker's when no leader template is given)."""
+    lwt = (lws.get("spec") or {}).get("leaderWorkerTemplate") or {}
+    return lwt.get("leaderTemplate") or lwt.get("workerTemplate") or {}
+
+
+def _as_workload(lws: dict) -> dict:
+    """A LeaderWorkerSet seen as a Deployment-like object (metadata + spec.template: the leader's), for the
+    helpers that read a pod template."""
+    return {"metadata": _meta(lws), "spec": {"template": _group_template(lws)}}
 
 
 def core_event(e: dict) -> dict:
@@ -137,16 +193,21 @@ def events_of(obj: dict, events: Iterable[dict]) -> list[dict]:
 
 
 def hpa_of(deployment: dict, hpas: Iterable[dict]) -> dict | None:
+    """The HPA whose scaleTargetRef is this Deployment (or LeaderWorkerSet)."""
     ns, name = _ns_name(deployment)
+    kind = deployment.get("kind") or "Deployment"
     return next((h for h in hpas if _meta(h).get("namespace") == ns
-                 and ((h.get("spec") or {}).get("scaleTargetRef") or {}).get("kind") == "Deployment"
+                 and ((h.get("spec") or {}).get("scaleTargetRef") or {}).get("kind") == kind
                  and ((h.get("spec") or {}).get("scaleTargetRef") or {}).get("name") == name), None)
 
 
 def kustomizations_of(deployment: dict, kustomizations: Iterable[dict]) -> list[dict]:
-    """Flux Kustomizations whose status.inventory holds the Deployment (id `ns_name_apps_Deployment`)."""
+    """Flux Kustomizations whose status.inventory holds the Deployment (id `ns_name_apps_Deployment`; for a
+    LeaderWorkerSet `ns_name_leaderworkerset.x-k8s.io_LeaderWorkerSet`)."""
     ns, name = _ns_name(deployment)
-    wanted = f"{ns}_{name}_apps_Deployment"
+    api_version = str(deployment.get("apiVersion") or "apps/v1")
+    group = api_version.split("/")[0] if "/" in api_version else ""
+    wanted = f"{ns}_{name}_{group}_{deployment.get('kind') or 'Deployment'}"
     return [k for k in kustomizations
             if any(e.get("id") == wanted for e in (((k.get("status") or {}).get("inventory") or {})
                                                     .get("entries") or []))]
@@ -223,6 +284,8 @@ def log_requests(snapshot: Snapshot) -> list[LogRequest]:
     pods = [p for dep in snapshot.deployments for p in pods_of(dep, snapshot.pods)
             if (p.get("status") or {}).get("phase") not in _FINISHED]
     pods += [p for job in snapshot.jobs for p in job_pods(job, snapshot.pods)]
+    pods += [p for lws in snapshot.lws for members in group_pods(lws, snapshot.pods, crashed_deleting=True).values()
+             for p in members if (p.get("status") or {}).get("phase") not in _FINISHED]
     for pod in pods:
         for cs, _ in _container_statuses(pod):
             req = _log_request(pod, cs, snapshot.events)
@@ -232,11 +295,15 @@ def log_requests(snapshot: Snapshot) -> list[LogRequest]:
 
 
 def probe_targets(snapshot: Snapshot) -> list[tuple[str, str, int, list[str]]]:
-    """(namespace, pod, http port, models) of every pod whose tritonserver container is running."""
+    """(namespace, pod, http port, models) of every pod whose tritonserver container is running (of a group: the
+    leader, where rank 0 serves)."""
     out = []
-    for dep in snapshot.deployments:
+    workloads = [(dep, pods_of(dep, snapshot.pods)) for dep in snapshot.deployments]
+    workloads += [(_as_workload(lws), [p for members in group_pods(lws, snapshot.pods).values() for p in members
+                                       if _worker_index(p) == 0]) for lws in snapshot.lws]
+    for dep, pods in workloads:
         models = expected_models(dep)
-        for pod in pods_of(dep, snapshot.pods):
+        for pod in pods:
             cs = next((c for c, init in _container_statuses(pod) if not init and c.get("name") == TRITON_CONTAINER),
                       None)
             if cs and (cs.get("state") or {}).get("running"):
@@ -263,6 +330,12 @@ def diagnose(snapshot: Snapshot, models: Iterable[str] = (), *, namespace: str =
         results.append(diagnose_model(dep, snapshot, now, unschedulable_grace_s))
         pairs.append((dep, results[-1]))
     _tracks(snapshot, pairs)
+    for lws in sorted(snapshot.lws, key=lambda d: (_ns_name(d)[0], model_name(d))):
+        name = model_name(lws)
+        if wanted and name not in wanted:
+            continue
+        seen.add(name)
+        results.append(diagnose_group(lws, snapshot, now, unschedulable_grace_s))
     for job in sorted(snapshot.jobs, key=lambda j: _ns_name(j)):
         instance = _labels(job).get(INSTANCE_LABEL)
         if wanted and instance not in wanted:
@@ -272,7 +345,7 @@ def diagnose(snapshot: Snapshot, models: Iterable[str] = (), *, namespace: str =
     for name in wanted:
         if name not in seen:
             results.append(ModelStatus(name, namespace, UNKNOWN, "-", None, [reason(
-                "DeploymentNotFound", f"no Triton Deployment for model {name!r} in "
+                "DeploymentNotFound", f"no Triton Deployment or LeaderWorkerSet for model {name!r} in "
                 + (f"namespace {namespace}" if namespace else "any namespace"), SEV_UNKNOWN)]))
     return results
 
@@ -477,11 +550,15 @@ def _container_reasons(pod: dict, cs: dict, init: bool, events: list[dict], snap
         code = last_term.get("exitCode")
         detail = f"restarts: {restarts}" + (f", last exit code {code}" if code is not None else "") + \
                  (f" ({last_term.get('reason')})" if last_term.get("reason") else "")
-        terminal = bool(log_sigs) or restarts >= CRASHES_BEFORE_GIVING_UP or "OOMKilled" in detail
+        # a signature that waiting may cure (a lost worker, a worker that came up late) leaves the crash itself
+        # non-terminal too, so the signature stays first
+        terminal = any(r.terminal for r in log_sigs) or restarts >= CRASHES_BEFORE_GIVING_UP or "OOMKilled" in detail
+        if terminal and log_sigs:  # crashing past the limit: the signatures' causes are terminal now too
+            out = [Reason(r.code, r.message, r.fix, r.severity, True) if r in log_sigs else r for r in out]
         quoted = signatures.error_lines(log_text) if log_text and not log_sigs else []
         what = "keeps crashing" if wreason == "CrashLoopBackOff" else "crashed and runs again, not ready"
         msg = f"{where} {what} ({detail})" + (": " + " / ".join(f'"{q}"' for q in quoted) if quoted else "")
-        sev = SEV_FAILED if wreason == "CrashLoopBackOff" or terminal else SEV_PROGRESSING
+        sev = SEV_FAILED if wreason == "CrashLoopBackOff" or terminal or log_sigs else SEV_PROGRESSING
         fix = FIXES["CrashLoopBackOff"] if log_sigs else _crash_fix(quoted, log_text)
         out.append(Reason("CrashLoopBackOff", msg, fix, sev, terminal and sev == SEV_FAILED))
     elif wreason in _IMAGE_PULL:
@@ -661,6 +738,228 @@ def _hpa_reasons(h: dict) -> list[Reason]:
             return [reason("HPAUnableToScale", f"HPA {name} {cond.get('type')}=False ({cond.get('reason')}): "
                            f"{_first_line(cond.get('message'))}", SEV_WARNING)]
     return []
+
+
+# -- multi-node groups (LeaderWorkerSet) ----------------------------------------------------------------
+
+def _ready(pod: dict) -> bool:
+    return (_condition(pod, "Ready") or {}).get("status") == "True"
+
+
+def _gpus_per_pod(lws: dict) -> str:
+    containers = (_group_template(lws).get("spec") or {}).get("containers") or []
+    total = sum(_int(((c.get("resources") or {}).get("limits") or {}).get("nvidia.com/gpu")) or 0 for c in containers)
+    return str(total) if total else "?"
+
+
+def _recreations(lws: dict, events: list[dict]) -> dict[int, tuple[int, str, str]]:
+    """Per group index: how often the lws controller recreated the group (RecreateGroup events regarding the
+    set: "Worker pod X failed, deleted leader pod Y to recreate group N"), the last message and its time."""
+    out: dict[int, tuple[int, str, str]] = {}
+    for e in events_of(lws, events):
+        m = _RECREATED.search(e.get("message") or "")
+        if e.get("reason") != RECREATE_GROUP_EVENT or not m:
+            continue
+        group = int(m.group("group"))
+        count, _, _ = out.get(group, (0, "", ""))
+        when = e.get("lastTimestamp") or e.get("eventTime") or _meta(e).get("creationTimestamp") or ""
+        out[group] = (count + int(e.get("count") or 1), (e.get("message") or "").strip(), when)
+    return out
+
+
+def _age(now: datetime, when: str) -> str:
+    t = parse_time(when)
+    if t is None:
+        return ""
+    secs = max(0, int((now - t).total_seconds()))
+    return f"{secs // 3600}h{secs % 3600 // 60}m ago" if secs >= 3600 else \
+        f"{secs // 60}m{secs % 60}s ago" if secs >= 60 else f"{secs}s ago"
+
+
+def _group_reasons(lws: dict, group: int, pods: list[dict], pod_reasons: dict[str, list[Reason]],
+                   recreated: tuple[int, str, str] | None, now: datetime) -> tuple[str, list[Reason]]:
+    """The state of one group and the reasons that concern it as a whole: a leader waiting for its workers
+    (with the workers' own cause), a group the lws controller recreated after a pod failed."""
+    _, name = _ns_name(lws)
+    size = int(((lws.get("spec") or {}).get("leaderWorkerTemplate") or {}).get("size") or 1)
+    leader = next((p for p in pods if _worker_index(p) == 0), None)
+    workers = [p for p in pods if _worker_index(p) != 0]
+    ready = sum(1 for p in pods if _ready(p))
+    complete = ready == size and len(pods) == size
+    out: list[Reason] = []
+    state = "Ready" if complete else "Starting"
+    if leader is not None and size > 1 and not complete:
+        lcs = next((c for c, init in _container_statuses(leader) if not init and c.get("name") == TRITON_CONTAINER),
+                   {})
+        lrunning = bool((lcs.get("state") or {}).get("running")) or (leader.get("status") or {}).get("phase") \
+            == "Running" and not lcs
+        missing = [p for p in workers if not _ready(p)]
+        absent = size - 1 - len(workers)
+        if lrunning and (missing or absent > 0):
+            state = "WaitingForWorkers"
+            causes = [r for p in missing for r in pod_reasons.get(_ns_name(p)[1], [])
+                      if r.severity in (SEV_FAILED, SEV_PROGRESSING, SEV_UNKNOWN)]
+            causes.sort(key=lambda r: r.rank)
+            parts = []
+            for p in missing:
+                own = next((r for r in causes if r in pod_reasons.get(_ns_name(p)[1], [])), None)
+                phase = (p.get("status") or {}).get("phase") or "Pending"
+                parts.append(f"{_ns_name(p)[1]} is {phase}, not ready" + (f" ({own.code}: {own.message})" if own
+                                                                         else ""))
+            if absent > 0:
+                parts.append(f"{absent} worker pod(s) not created yet")
+            who = "is ready but" if _ready(leader) else "waits for its workers:"
+            msg = (f"group {group} of LeaderWorkerSet {name}: leader {_ns_name(leader)[1]} {who} "
+                   f"{len(missing) + max(absent, 0)} of {size - 1} workers not ready: " + "; ".join(parts))
+            if causes:
+                first = causes[0]
+                fix = (f"The workers cannot start, so the group cannot serve (the leader gives up after "
+                       f"WORKER_WAIT_SECONDS and the group is recreated): {first.fix}")
+                if first.code in ("InsufficientGPU", "Unschedulable"):
+                    fix += (f" A group needs {size} nodes with {_gpus_per_pod(lws)} free GPUs each at once: "
+                            "`kubectl triton gpus` counts the nodes that can host a whole group.")
+                out.append(Reason("LeaderWaitingForWorkers", msg, fix, first.severity,
+                                  first.terminal and first.severity == SEV_FAILED))
+            else:
+                out.append(reason("LeaderWaitingForWorkers", msg, SEV_PROGRESSING))
+    if recreated:
+        count, message, when = recreated
+        age = _age(now, when)
+        what = f"group {group} of LeaderWorkerSet {name} was recreated {count}x" + (f" (last {age})" if age else "")
+        if complete:
+            out.append(reason("GroupRecreated", f"{what}: {message}; all {size} pods are ready now", SEV_WARNING,
+                              situation="group-recovered"))
+        elif count >= GROUP_RECREATES_BEFORE_GIVING_UP:
+            state = "Failed"
+            out.append(reason("GroupRecreated", f"{what}, and the new group is not ready: {message}", SEV_FAILED,
+                              terminal=True))
+        else:
+            out.append(reason("GroupRecreated", f"{what}: {message}; the new group is starting", SEV_PROGRESSING,
+                              situation="group-restarting"))
+    if any(r.severity == SEV_FAILED for p in pods for r in pod_reasons.get(_ns_name(p)[1], [])) or \
+            any(r.severity == SEV_FAILED for r in out):
+        state = "Failed"
+    return state, out
+
+
+def _lws_reasons(lws: dict, *, has_pod_reasons: bool) -> list[Reason]:
+    """The set's own progress, as its controller reports it (leaderworkerset_controller.go updateConditions):
+    the generation observed, groups created/updated/ready, the mutually exclusive Available / Progressing
+    conditions and UpdateInProgress during a rolling update. A partition keeps groups below it on the previous
+    revision on purpose (a warning, not progress); surge groups exist until the update completes."""
+    _, name = _ns_name(lws)
+    spec, status = lws.get("spec") or {}, lws.get("status") or {}
+    replicas = int(spec.get("replicas", 1))
+    rolling = ((spec.get("rolloutStrategy") or {}).get("rollingUpdateConfiguration") or {})
+    partition = _int(rolling.get("partition")) or 0
+    generation = int(_meta(lws).get("generation") or 0)
+    observed = int(status.get("observedGeneration") or 0)
+    total = int(status.get("replicas") or 0)
+    updated = int(status.get("updatedReplicas") or 0)
+    ready = int(status.get("readyReplicas") or 0)
+    updating = (_condition(lws, "UpdateInProgress") or {}).get("status") == "True"
+    available = (_condition(lws, "Available") or {}).get("status") == "True"
+    ref = f"LeaderWorkerSet {name}"
+    msg: str | None = None
+    if observed < generation:
+        msg = f"{ref} generation {generation} not yet observed by the lws controller (at {observed})"
+    elif updating:
+        surge = f", {total - replicas} surge group(s)" if total > replicas else ""
+        msg = f"{ref}: rolling update in progress: {updated} of {replicas} groups updated, {ready} ready{surge}"
+    elif replicas > total:
+        msg = f"{ref}: {total} of {replicas} groups created"
+    elif ready < replicas:
+        msg = f"{ref}: {ready} of {replicas} groups ready"
+    elif total > replicas:
+        msg = f"{ref}: {total - replicas} surge group(s) being removed"
+    elif partition == 0 and updated < replicas:
+        msg = f"{ref}: {updated} of {replicas} groups updated"
+    elif not available:
+        msg = f"{ref} is not Available yet"
+    out: list[Reason] = []
+    if partition > 0 and updated < replicas and msg is None:
+        out.append(reason("RolloutPartitioned", f"{ref}: groups 0-{partition - 1} stay on the previous revision "
+                          f"(rollingUpdateConfiguration.partition: {partition}); {updated} of {replicas} groups "
+                          "updated", SEV_WARNING))
+    if msg is None or has_pod_reasons:
+        return out
+    return out + [reason("RolloutInProgress", msg, SEV_PROGRESSING)]
+
+
+def _lws_event_reasons(lws: dict, events: list[dict], *, short: bool) -> list[Reason]:
+    """Warnings the lws controller records on the set (FailedCreate / FailedUpdate of its StatefulSets,
+    Services): failures while groups are missing, history otherwise."""
+    _, name = _ns_name(lws)
+    out = []
+    for e in events_of(lws, events):
+        if e.get("type") == "Warning" and e.get("reason") in ("FailedCreate", "FailedUpdate"):
+            why = _first_line(e.get("message"))
+            quota = bool(re.search(r"(exceeded|failed) quota", why, re.I))
+            out.append(reason("QuotaExceeded" if quota else "ReplicaFailure",
+                              f"LeaderWorkerSet {name}: {e.get('reason')}: {why}", SEV_FAILED if short else SEV_WARNING,
+                              situation=None if quota else "lws-create-failed"))
+    return out[-1:]
+
+
+def diagnose_group(lws: dict, snap: Snapshot, now: datetime, grace: float) -> ModelStatus:
+    """A model served by a LeaderWorkerSet: each group's pods (leader = worker index 0), the group-level reasons
+    (a leader waiting for its workers, a group recreated after a pod failed), the pods' own reasons (scheduling,
+    crashes, rank errors from their logs, Triton's probe of the leader), then the set's conditions, Flux and
+    the HPA. READY counts groups."""
+    ns, _ = _ns_name(lws)
+    spec, status = lws.get("spec") or {}, lws.get("status") or {}
+    replicas = int(spec.get("replicas", 1))
+    size = int((spec.get("leaderWorkerTemplate") or {}).get("size") or 1)
+    groups = group_pods(lws, snap.pods, crashed_deleting=True)
+    events = snap.lws_events + snap.events
+    recreated = _recreations(lws, events)
+    short = int(status.get("readyReplicas") or 0) < replicas
+    reasons: list[Reason] = []
+    rows: list[dict] = []
+    for index in sorted(set(range(replicas)) | set(groups)):
+        members = groups.get(index, [])
+        live = [p for p in members if (p.get("status") or {}).get("phase") not in _FINISHED
+                and not _meta(p).get("deletionTimestamp")]
+        dying = [p for p in members if _meta(p).get("deletionTimestamp")]
+        per_pod: dict[str, list[Reason]] = {}
+        for pod in live:
+            found = _pod_reasons(pod, snap, now, grace)
+            for r in found:
+                if r.code == "InsufficientGPU":  # a group's pods each need a node's worth of GPUs at once
+                    found[found.index(r)] = Reason(r.code, f"{r.message} (each of the group's {size} pods needs "
+                                                   f"{_gpus_per_pod(lws)} GPUs on its own node)", r.fix, r.severity,
+                                                   r.terminal)
+            if snap.probing and _worker_index(pod) == 0:
+                probe = snap.probes.get(_ns_name(pod))
+                if probe is not None:
+                    found += _probe_reasons(pod, probe)
+            per_pod[_ns_name(pod)[1]] = found
+        for pod in dying:  # the crashed instance the group is being recreated for: its log says why
+            per_pod[_ns_name(pod)[1]] = [r for r in _pod_reasons(pod, snap, now, grace)
+                                         if r.code not in ("CrashLoopBackOff", "LivenessProbeKilled")] or \
+                [r for r in _pod_reasons(pod, snap, now, grace) if r.code == "CrashLoopBackOff"]
+        for pod in members:
+            if pod not in live and pod not in dying:
+                per_pod.setdefault(_ns_name(pod)[1], []).extend(_finished_pod_reasons(pod, short=short))
+        state, own = _group_reasons(lws, index, live, per_pod, recreated.get(index), now)
+        reasons += own + [r for p in members for r in per_pod.get(_ns_name(p)[1], [])]
+        leader = next((p for p in live if _worker_index(p) == 0), None)
+        rows.append({"group": index, "state": state if members else "Missing",
+                     "ready": f"{sum(1 for p in live if _ready(p))}/{size}",
+                     "leader": _ns_name(leader)[1] if leader else None})
+    reasons = _dedupe(reasons)
+    reasons += _lws_event_reasons(lws, events, short=short)
+    reasons += _lws_reasons(lws, has_pod_reasons=any(r.severity not in (SEV_WARNING, SEV_UNKNOWN) for r in reasons))
+    ks = kustomizations_of(lws, snap.kustomizations)
+    for k in ks:
+        reasons += _flux_reasons(k)
+    h = hpa_of(lws, snap.hpas)
+    if h:
+        reasons += _hpa_reasons(h)
+    reasons.sort(key=lambda r: r.rank)
+    revision = next(((k.get("status") or {}).get("lastAppliedRevision") for k in ks), None)
+    return ModelStatus(model_name(lws), ns, phase_of(reasons), f"{int(status.get('readyReplicas') or 0)}/{replicas}",
+                       revision, reasons, groups=rows)
 
 
 # -- engine-build Jobs ----------------------------------------------------------------------------------

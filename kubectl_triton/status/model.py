@@ -76,6 +76,8 @@ class Snapshot:
     kustomizations: list[dict] = field(default_factory=list)
     routes: list[dict] = field(default_factory=list)  # HTTPRoutes, read only when a canary is in scope
     jobs: list[dict] = field(default_factory=list)  # engine-build Jobs
+    lws: list[dict] = field(default_factory=list)  # LeaderWorkerSets: multi-node groups
+    lws_events: list[dict] = field(default_factory=list)  # events about LeaderWorkerSets (RecreateGroup, ...)
     logs: dict[tuple[str, str, str], str] = field(default_factory=dict)
     probes: dict[tuple[str, str], Probe] = field(default_factory=dict)
     now: datetime | None = None
@@ -97,6 +99,7 @@ class ModelStatus:
     version: int | None = None  # the Triton model version the track serves
     weight: int | None = None  # its share of the route's traffic (percent), when the route was read
     job: str | None = None  # the engine-build Job this row is about (None: the model's Deployment)
+    groups: list[dict] | None = None  # a LeaderWorkerSet's groups: index, state, pods ready (None: no LWS)
 
     @property
     def terminal(self) -> bool:
@@ -110,4 +113,6 @@ class ModelStatus:
             out.update(track=self.track, version=self.version, weight=self.weight)
         if self.job:
             out["job"] = self.job
+        if self.groups is not None:
+            out["groups"] = self.groups
         return out

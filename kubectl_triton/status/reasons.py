@@ -63,14 +63,34 @@ FIXES: dict[str, str] = {
                  "options in models/MODEL/model.yaml; Flux recreates the Job (force: true).",
     "JobSuspended": "The Job is suspended (spec.suspend): unsuspend it in the overlay to build the engine.",
     "EngineBuildRunning": "Nothing to change yet: the engine build is running (`status --wait` follows it).",
-    "DeploymentNotFound": "No Deployment labelled app.kubernetes.io/instance=MODEL and app.kubernetes.io/name="
-                          "triton-inference-server in scope: check -n/-A and the model name, or whether Flux "
-                          "applied the overlay yet.",
+    "DeploymentNotFound": "No Deployment or LeaderWorkerSet labelled app.kubernetes.io/instance=MODEL and "
+                          "app.kubernetes.io/name=triton-inference-server in scope: check -n/-A and the model name, "
+                          "or whether Flux applied the overlay yet.",
+    "LeaderWaitingForWorkers": "Nothing to change yet: the group's workers are starting; the leader waits for "
+                               "their SSH port at most WORKER_WAIT_SECONDS (600 s), then exits and the group is "
+                               "recreated (`status --wait` follows it).",
+    "GroupRecreated": "A pod of the group keeps failing and the lws controller recreates the whole group each time "
+                      "(RecreateGroupOnPodRestart), so the failed pod and its log are gone (`kubectl logs "
+                      "--previous` has nothing): follow the new group's leader and the worker the event names as "
+                      "they start (`kubectl logs -f POD`), fix the cause in git; `kubectl triton validate` checks "
+                      "world size, node shape and /dev/shm of multi-node groups.",
+    "RolloutPartitioned": "Deliberate: rollingUpdateConfiguration.partition keeps the groups below it on the "
+                          "previous revision (a canary of whole groups). Set partition to 0 in git to finish the "
+                          "rollout.",
 }
 
 
 # Fixes for a code in a situation that needs a different advice than the code's usual one.
 SITUATION_FIXES: dict[str, str] = {
+    "lws-create-failed": "The lws controller cannot create the group's StatefulSets, Service or pods (admission, "
+                         "PodSecurity, LimitRange, a webhook: the message says which); fix the LeaderWorkerSet's "
+                         "templates in the overlay or the namespace policy.",
+    "group-recovered": "History: the group was recreated after one of its pods failed and is ready again. If it "
+                       "recurs, follow the pod the event names as it runs (`kubectl logs -f POD`): the failed "
+                       "instance's log went with the recreated group.",
+    "group-restarting": "Nothing to change yet: the lws controller recreated the group after one of its pods "
+                        "failed (RecreateGroupOnPodRestart) and the new group is starting; if it happens again, the "
+                        "failing pod's cause is in its log while it runs (`kubectl logs -f POD`).",
     "flux-reconciling": "Nothing to change yet: Flux is applying the revision (`status --wait` follows it); if it "
                         "stays so for long, `flux events --for Kustomization/NAME` shows what it waits for.",
 }

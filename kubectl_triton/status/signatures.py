@@ -36,6 +36,7 @@ class Signature:
     negative: tuple[re.Pattern, ...] = ()
     sources: tuple[str, ...] = ()
     examples: tuple[str, ...] = ()
+    origin: tuple[str, ...] = ()  # repository files that print a pattern's wording themselves
 
     def accepts(self, line: Line) -> bool:
         """Whether a hit on `line` counts: its level and component are the signature's, no negative matches."""
@@ -60,6 +61,13 @@ class Table:
     levels: tuple[tuple[str, re.Pattern], ...]
     components: tuple[tuple[str, re.Pattern], ...]
     signatures: tuple[Signature, ...]
+    prefixes: tuple[tuple[str, re.Pattern], ...] = ()  # (launcher, pattern) removed from each line first
+
+    def strip(self, text: str) -> str:
+        """A line without its launcher prefix (mpirun --tag-output's `[1,3]<stderr>:`)."""
+        for _, rx in self.prefixes:
+            text = rx.sub("", text, count=1)
+        return text
 
 
 @lru_cache(maxsize=4)
@@ -72,12 +80,14 @@ def load_table(path: Path = SIGNATURES_FILE) -> Table:
         fallback=bool(s.get("fallback", False)), components=tuple(s.get("components") or (ANY,)),
         levels=tuple(str(v) for v in s.get("levels") or DEFAULT_LEVELS),
         negative=tuple(re.compile(p, re.IGNORECASE) for p in s.get("negative") or ()),
-        sources=tuple(s.get("sources") or ()), examples=tuple(s.get("examples") or ()))
+        sources=tuple(s.get("sources") or ()), examples=tuple(s.get("examples") or ()),
+        origin=tuple(s.get("origin") or ()))
         for s in doc["signatures"])
     return Table(levels=tuple((str(e["level"]), re.compile(e["pattern"])) for e in doc.get("levels") or ()),
                  components=tuple((str(e["component"]), re.compile(e["pattern"]))
                                   for e in doc.get("components") or ()),
-                 signatures=sigs)
+                 signatures=sigs,
+                 prefixes=tuple((str(e["launcher"]), re.compile(e["pattern"])) for e in doc.get("prefixes") or ()))
 
 
 def load(path: Path = SIGNATURES_FILE) -> tuple[Signature, ...]:
@@ -127,7 +137,7 @@ def match(text: str, *, container: str = "", pod: str = "",
     only when nothing more specific matched."""
     full = load_table()
     table = full.signatures if table is None else table
-    raw = text.splitlines()
+    raw = [full.strip(ln) for ln in text.splitlines()]
     lines = [classify(ln, full) for ln in raw + model_state_lines(raw)]
     hits: list[Reason] = []
     for fallback in (False, True):
@@ -154,7 +164,7 @@ def error_lines(text: str, limit: int = 2) -> list[str]:
     """The last lines of a log that read as errors (level E/F, or wording like `error`, `failed`), quoted:
     what a crash without a known signature is quoted with."""
     full = load_table()
-    picked = [ln for ln in (classify(t, full) for t in text.splitlines() if t.strip())
+    picked = [ln for ln in (classify(full.strip(t), full) for t in text.splitlines() if t.strip())
               if ln.level in ("E", "F") or (ln.level == UNKNOWN_LEVEL and _ERRORISH.search(ln.text))]
     return [quote_line(ln.text) for ln in picked[-limit:]]
 
@@ -181,12 +191,17 @@ def render_markdown(path: Path = SIGNATURES_FILE) -> str:
         if s.negative:
             out += ["", "Never on:", ""] + [f"- `{p.pattern}`" for p in s.negative]
         out += ["", "Seen in:", ""] + [f"- {u}" for u in s.sources]
+        if s.origin:
+            out += ["", "Also printed by this repository's " + ", ".join(f"`{o}`" for o in s.origin) + "."]
         if s.examples:
             out += ["", "Examples:", ""] + [f"    {e}" for e in s.examples]
     out += ["", "## Line levels and components", "", "| Level | Pattern |", "| --- | --- |"]
     out += [f"| {lvl} | `{rx.pattern.replace('|', '&#124;')}` |" for lvl, rx in t.levels]
     out += ["", "| Component | Pattern |", "| --- | --- |"]
     out += [f"| {c} | `{rx.pattern.replace('|', '&#124;')}` |" for c, rx in t.components]
+    if t.prefixes:
+        out += ["", "Removed from each line first (launcher prefixes):", "", "| Launcher | Pattern |", "| --- | --- |"]
+        out += [f"| {name} | `{rx.pattern.replace('|', '&#124;')}` |" for name, rx in t.prefixes]
     return "\n".join(out) + "\n"
 
 

@@ -1,5 +1,6 @@
 """`kubectl triton gpus`: GPU types in the cluster (GPU Feature Discovery labels) and, for each overlay in
-the repository, whether any node can run it."""
+the repository, whether any node can run it (for a multi-node LeaderWorkerSet group: how many whole groups, each
+needing `size` nodes with GPUs-per-pod free GPUs of its type, fit now)."""
 
 from __future__ import annotations
 
@@ -48,6 +49,7 @@ def command(ctx: click.Context, repo_dir: Path | None, output: str | None, kubec
                           field_selector="status.phase!=Succeeded,status.phase!=Failed")
     rows, fits = inventory(nodes, pods, placements)
     if output != "text":
-        click.echo(dumps({"gpus": [asdict(r) for r in rows], "overlays": [asdict(f) for f in fits]}, output))
+        click.echo(dumps({"gpus": [asdict(r) for r in rows], "overlays": [{**asdict(f), "can_run": f.can_run}
+                                                                         for f in fits]}, output))
     else:
         click.echo(format_inventory(rows, fits))
