@@ -37,6 +37,21 @@ def test_yaml_carries_the_same_document_as_json(run_cli, args):
     assert before.stdout == as_yaml.stdout
 
 
+def test_yaml_strings_stay_strings_for_yaml_1_1_and_1_2_readers():
+    """kubectl users read -o yaml with PyYAML or Go's yaml.v2 (YAML 1.1) as well as yaml.v3 or ruamel (1.2):
+    a string such as "no", "on", "1e3" or "0x1F" must not come back as a boolean or a number in either."""
+    from ruamel.yaml import YAML
+
+    from kubectl_triton.output.document import dumps
+
+    doc = {"can_run": "no", "values": ["yes", "on", "off", "1e3", "0x1F", "0o17", "0777", "12", ".5", "-.inf",
+                                       "null", "~", "true", "False", "2026-12-03", "text", "multi\nline"],
+           "count": 3, "ok": True, "none": None}
+    text = dumps(doc, "yaml")
+    assert yaml.safe_load(text) == doc
+    assert YAML(typ="safe", pure=True).load(text) == doc
+
+
 def test_validate_yaml_document(run_cli):
     res = run_cli("validate", str(REPO), "-o", "yaml")
     assert res.exit_code == 0, res.stderr
