@@ -1,7 +1,7 @@
 """`init --monitoring install|existing`: an existing Prometheus is found in a real Flux repository (the Flux example of
-../shared/conformance/yaml-corpus with the kube-prometheus-stack of fluxcd/flux2-monitoring-example, vendored under
-tests/fixtures), or named on the command line; every monitor and rule init and add-model write carries its selector
-labels, prometheus-adapter and KEDA query its URL, and `validate` judges monitors against it."""
+../shared/conformance/yaml-corpus with the kube-prometheus-stack of fluxcd/flux2-monitoring-example, kept beside it
+in the shared material), or named on the command line; every monitor and rule init and add-model write carries its
+selector labels, prometheus-adapter and KEDA query its URL, and `validate` judges monitors against it."""
 
 from __future__ import annotations
 
@@ -18,8 +18,15 @@ from kubectl_triton.formats import yamlio
 from tests.conftest import REPO
 from tests.test_init import CORPUS, ONNX, adopt, git, tree
 
-MONITORING_EXAMPLE = Path(__file__).parent / "fixtures" / "flux2-monitoring-example"
-KUBE_PROMETHEUS = Path(__file__).parent / "fixtures" / "kube-prometheus"
+MONITORING_EXAMPLE = CORPUS / "flux2-monitoring-example"
+KUBE_PROMETHEUS = CORPUS / "kube-prometheus"
+
+
+def needs(*folders: Path) -> None:
+    """Upstream files are shared material (../shared), never committed here: without them, say so and skip."""
+    for folder in folders:
+        if not folder.is_dir():
+            pytest.skip(f"{folder} is not beside this checkout")
 URL = "http://prom-kube-prometheus-stack-prometheus.observability.svc.cluster.local:9090"
 
 pytestmark = pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl (kustomize) is not on PATH")
@@ -39,8 +46,7 @@ def with_stack(tmp_path: Path) -> Path:
     """The Flux example repository that also runs Flux's own monitoring example: kube-prometheus-stack as a
     HelmRelease whose chart comes through a chartRef (OCIRepository), and a PodMonitor labelled for its
     podMonitorSelector. The upstream files, committed."""
-    if not (CORPUS / "flux2-kustomize-helm-example").is_dir():
-        pytest.skip(f"{CORPUS} is not beside this checkout")
+    needs(CORPUS / "flux2-kustomize-helm-example", MONITORING_EXAMPLE)
     root = tmp_path / "flux2-kustomize-helm-example"
     shutil.copytree(CORPUS / "flux2-kustomize-helm-example", root)
     shutil.copytree(MONITORING_EXAMPLE / "monitoring", root / "monitoring")
@@ -235,6 +241,7 @@ def test_a_bad_monitoring_section_is_a_layout_finding_and_a_one_line_init_error(
 
 
 def test_a_chart_ref_names_its_chart_through_the_oci_repository():
+    needs(MONITORING_EXAMPLE)
     folder = MONITORING_EXAMPLE / "monitoring/controllers/kube-prometheus-stack"
     release = yamlio.load_all(folder / "release.yaml")[0]
     source = yamlio.load_all(folder / "repository.yaml")[0]
@@ -247,6 +254,7 @@ def test_a_chart_ref_names_its_chart_through_the_oci_repository():
 
 def test_a_deployed_prometheus_object_is_found_with_its_selectors(run_cli, tmp_path):
     """kube-prometheus's own Prometheus (all selectors {}: it selects everything) in the multi-tenancy example."""
+    needs(KUBE_PROMETHEUS)
     root = adopt("flux2-multi-tenancy", tmp_path)
     stack = root / "infrastructure/monitoring"
     stack.mkdir()

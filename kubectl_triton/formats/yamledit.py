@@ -99,7 +99,7 @@ def _edit_lines(body: str, edited: str, add: list[str], remove: list[str], sourc
     lines = body.splitlines(keepends=True)
     start = next((i for i, ln in enumerate(lines) if re.match(r"^resources:\s*(#.*)?$", ln.rstrip("\r\n"))), None)
     if start is None:
-        return None
+        return _new_list(body, edited, add, remove, source)
     last, indent, items = None, None, []
     for i in range(start + 1, len(lines)):
         text = lines[i].rstrip("\r\n")
@@ -127,6 +127,25 @@ def _edit_lines(body: str, edited: str, add: list[str], remove: list[str], sourc
             del lines[i]
     out = "".join(lines)
     return out if resources_of(out, source) == resources_of(edited, source) else None
+
+
+def _new_list(body: str, edited: str, add: list[str], remove: list[str], source: str) -> str | None:
+    """A `resources:` list the document lacks, appended after its last line in the file's own sequence
+    indentation, so no other line changes. None when that would not give what the round trip gives."""
+    from ruamel.yaml.util import load_yaml_guess_indent
+
+    new = [a for a in dict.fromkeys(add) if a not in remove]
+    if not new or not all(_PLAIN.match(a) for a in new) or re.match(r"^\s*\{", body.split("\n#", 1)[0].strip()):
+        return None
+    _, _, offset = load_yaml_guess_indent(body)
+    out = body if not body or body.endswith("\n") else body + "\n"
+    out += "resources:\n" + "".join(f"{' ' * (offset or 0)}- {a}\n" for a in new)
+    try:
+        _, want = _yaml(edited, source)
+        _, got = _yaml(out, source)
+    except InputError:
+        return None
+    return out if got == want else None
 
 
 def _edit_resources(text: str, *, add: Iterable[str], remove: Iterable[str], source: str) -> str:
