@@ -52,8 +52,8 @@ fuzz: install
 	KUBECTL_TRITON_FUZZ_EXAMPLES=10000 $(BIN)/python -m pytest -q tests -k fuzz -p no:cacheprovider
 
 # The static checks against the real tritonserver on every real model repository of
-# ../shared/conformance/realworld-configs and three single-point mutations of each (`make test` runs one repository
-# per project with one mutation each); about 6 minutes on 2 cores.
+# ../shared/conformance/realworld-configs and up to four single-point mutations of each (`make test` runs one
+# repository per project with one mutation each); about 10 minutes on 2 cores.
 realworld: install
 	KUBECTL_TRITON_REALWORLD=all PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest -q \
 	  tests/test_conformance_realworld.py -p no:cacheprovider

@@ -538,12 +538,130 @@ def m_composing_batch_below_ensemble(ctx: dict[str, Any]) -> bool:
     return True
 
 
+def m_rename_model(ctx: dict[str, Any]) -> bool:
+    c = _cfg(ctx)
+    c.name = (c.name or ctx["prefix"] + ctx["target"]) + "_renamed"
+    return True
+
+
+def m_duplicate_output(ctx: dict[str, Any]) -> bool:
+    c = _cfg(ctx)
+    if not c.output:
+        return False
+    c.output.add().CopyFrom(c.output[0])
+    return True
+
+
+def m_empty_input_name(ctx: dict[str, Any]) -> bool:
+    c = _cfg(ctx)
+    if not c.input or c.platform == "ensemble":
+        return False
+    c.input[0].name = ""
+    return True
+
+
+def m_batch_input_unknown_source(ctx: dict[str, Any]) -> bool:
+    c = _cfg(ctx)
+    if c.max_batch_size <= 0 or c.platform == "ensemble":
+        return False
+    c.batch_input.add(target_name=["BATCH_COUNT"], data_type=pbtxt.schema().TYPE_FP32,
+                      source_input=["undeclared_input"])
+    return True
+
+
+def m_shape_tensor_float(ctx: dict[str, Any]) -> bool:
+    c = _cfg(ctx)
+    if not c.input or c.platform == "ensemble":
+        return False
+    c.input[0].is_shape_tensor = True
+    c.input[0].data_type = pbtxt.schema().TYPE_FP32
+    return True
+
+
+def m_default_priority_without_levels(ctx: dict[str, Any]) -> bool:
+    c = _cfg(ctx)
+    if c.max_batch_size <= 0 or c.platform == "ensemble" or c.HasField("sequence_batching"):
+        return False
+    c.dynamic_batching.priority_levels = 0
+    c.dynamic_batching.default_priority_level = 1
+    return True
+
+
+def m_kind_model(ctx: dict[str, Any]) -> bool:
+    c = _cfg(ctx)
+    if c.platform == "ensemble":
+        return False
+    kind = pbtxt.schema().ModelInstanceGroup.Kind
+    del c.instance_group[:]
+    c.instance_group.add(kind=kind.KIND_MODEL, count=1)
+    return True
+
+
+def m_output_reshape_mismatch(ctx: dict[str, Any]) -> bool:
+    c = _cfg(ctx)
+    if not c.output or not c.output[0].dims or any(d < 0 for d in c.output[0].dims) or c.platform == "ensemble":
+        return False
+    size = 1
+    for d in c.output[0].dims:
+        size *= d
+    del c.output[0].reshape.shape[:]
+    c.output[0].reshape.shape.extend([size, 2])
+    return True
+
+
+def m_response_cache_decoupled(ctx: dict[str, Any]) -> bool:
+    c = _cfg(ctx)
+    if c.platform == "ensemble":
+        return False
+    c.model_transaction_policy.decoupled = True
+    c.response_cache.enable = True
+    return True
+
+
+def m_composing_nonbatching(ctx: dict[str, Any]) -> bool:
+    """A composing model stops batching while the ensemble batches."""
+    c = _cfg(ctx)
+    steps = list(_steps_onto(ctx))
+    if c.platform == "ensemble" or not steps or c.max_batch_size <= 0 or steps[0][0].max_batch_size <= 0:
+        return False
+    c.max_batch_size = 0
+    c.ClearField("dynamic_batching")
+    return True
+
+
+def m_ensemble_input_unused(ctx: dict[str, Any]) -> bool:
+    c = _ensemble_of(ctx)
+    if c is None:
+        return False
+    c.input.add(name="UNUSED_INPUT", data_type=pbtxt.schema().TYPE_FP32, dims=[1])
+    return True
+
+
+def m_ensemble_self_step(ctx: dict[str, Any]) -> bool:
+    c = _ensemble_of(ctx)
+    if c is None:
+        return False
+    c.ensemble_scheduling.step[0].model_name = c.name or ctx["prefix"] + ctx["target"]
+    return True
+
+
+def m_ensemble_optional_input(ctx: dict[str, Any]) -> bool:
+    c = _ensemble_of(ctx)
+    if c is None or not c.input:
+        return False
+    c.input[0].optional = True
+    return True
+
+
 MUTATORS: dict[str, Mutator] = {f.__name__[2:]: f for f in (
     m_drop_input_type, m_drop_output_dims, m_zero_dim, m_bad_dim, m_duplicate_input, m_negative_max_batch,
     m_preferred_above_max, m_batching_without_batch, m_cpu_with_gpus, m_negative_count, m_format_rank,
     m_reshape_mismatch, m_version_missing, m_priority_default_above, m_step_missing_model,
     m_input_map_missing_tensor, m_output_map_unknown_output, m_ensemble_output_unproduced,
-    m_composing_type_changed, m_composing_dims_changed, m_decoupled_in_ensemble, m_composing_batch_below_ensemble)}
+    m_composing_type_changed, m_composing_dims_changed, m_decoupled_in_ensemble, m_composing_batch_below_ensemble,
+    m_rename_model, m_duplicate_output, m_empty_input_name, m_batch_input_unknown_source, m_shape_tensor_float,
+    m_default_priority_without_levels, m_kind_model, m_output_reshape_mismatch, m_response_cache_decoupled,
+    m_composing_nonbatching, m_ensemble_input_unused, m_ensemble_self_step, m_ensemble_optional_input)}
 
 
 class _NotApplicable(Exception):
@@ -585,7 +703,8 @@ def mutations(repos: list[Repo], per_repo: int, seed: int = 15) -> list[Case]:
 
 ENSEMBLE_OPERATORS = {"step_missing_model", "input_map_missing_tensor", "output_map_unknown_output",
                       "ensemble_output_unproduced", "composing_type_changed", "composing_dims_changed",
-                      "decoupled_in_ensemble", "composing_batch_below_ensemble"}
+                      "decoupled_in_ensemble", "composing_batch_below_ensemble", "composing_nonbatching",
+                      "ensemble_input_unused", "ensemble_self_step", "ensemble_optional_input"}
 
 
 def _applies_guarded(repo: Repo, name: str, model: str) -> bool:
