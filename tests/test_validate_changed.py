@@ -96,3 +96,31 @@ def test_changed_from_reports_what_a_full_cold_run_reports(run_cli, git_copy: Pa
 def test_changed_from_a_ref_git_does_not_know_is_a_usage_error(run_cli, git_copy: Path):
     result = run_cli("validate", str(git_copy), "--changed-from", "no-such-ref")
     assert result.exit_code == 2 and "not a commit" in result.stderr
+
+
+def test_parse_results_kept_between_runs_are_never_stale(run_cli, repo_copy: Path, tmp_path: Path, monkeypatch):
+    """validate keeps what it parsed (by content digest) for the next run; an edited file is parsed anew."""
+    from kubectl_triton.formats import yamlio
+
+    monkeypatch.setenv("KUBECTL_TRITON_CACHE_DIR", str(tmp_path / "cache"))
+    assert run_cli("validate", str(repo_copy), "-o", "json").exit_code == 0
+    stores = list((tmp_path / "cache").glob("parsed-*.json"))
+    assert len(stores) == 1 and len(json.loads(stores[0].read_text())) >= 20
+
+    yamlio._PARSED.clear()  # a new process: only the kept results are known
+    flux = repo_copy / "clusters/production/models/text-embedder-a10g.yaml"
+    flux.write_text(flux.read_text().replace("timeout: 15m", "timeout: [15m"))
+    result = run_cli("validate", str(repo_copy), "-o", "json")
+    found = [(f["code"], f["path"]) for f in json.loads(result.stdout)["findings"] if f["severity"] == "error"]
+    assert result.exit_code == 1 and ("YamlInvalid", "clusters/production/models/text-embedder-a10g.yaml") in found
+
+
+def test_only_what_json_gives_back_exactly_is_kept():
+    from kubectl_triton.formats import yamlio
+
+    yamlio.parsed_since_prime()
+    dated = yamlio.loads_all_shared("when: 2026-12-03\n", "dated.yaml")
+    keyed = yamlio.loads_all_shared("1: one\n", "keyed.yaml")
+    plain = yamlio.loads_all_shared("name: x\nitems: [1, 2.5, true, null]\n", "plain.yaml")
+    kept = yamlio.parsed_since_prime()
+    assert plain in kept.values() and dated not in kept.values() and keyed not in kept.values()

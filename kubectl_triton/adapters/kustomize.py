@@ -11,13 +11,14 @@ import shutil
 import subprocess
 import tempfile
 from collections.abc import Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from kubectl_triton.errors import RenderError, ToolMissing
-from kubectl_triton.gitops.inputs import Inputs, build_inputs
+from kubectl_triton.formats import yamlio
+from kubectl_triton.gitops.inputs import Inputs, Memo, build_inputs
 
 # kustomize-controller builds with the repository root as the only boundary, so overlays may load
 # files from elsewhere in the repo (here: models/). The same flag makes local renders match Flux.
@@ -65,7 +66,7 @@ class RenderCache:
         self.misses = 0
         self._digests: dict[Path, str] = {}
         self.inputs: dict[Path, Inputs] = {}  # build inputs of each folder keyed this run (files read once)
-        self._folders: dict[Path, Any] = {}  # gitops.inputs' per-folder memo for this run
+        self._memo = Memo()  # folders read and paths resolved by gitops.inputs in this run
 
     def _digest(self, path: Path) -> str:
         if path not in self._digests:
@@ -77,7 +78,7 @@ class RenderCache:
 
     def key(self, path: Path, command: Sequence[str]) -> str | None:
         """The content key of a build of `path`, or None when its inputs cannot all be known."""
-        inputs = self.inputs[path] = build_inputs(path, self._folders)
+        inputs = self.inputs[path] = build_inputs(path, self._memo)
         if not inputs.complete:
             return None
         h = hashlib.sha256()
@@ -122,6 +123,21 @@ class RenderCache:
                 old.unlink(missing_ok=True)
                 old.with_suffix(".json").unlink(missing_ok=True)
 
+    def _parsed_file(self, root: Path) -> Path:
+        return self.directory / f"parsed-{hashlib.sha256(str(root.resolve()).encode()).hexdigest()[:16]}.json"
+
+    def load_parsed(self, root: Path) -> None:
+        """Prime formats.yamlio's parse memo with what the last run on `root` parsed (keyed by content digest, so
+        an edited file is parsed anew)."""
+        with contextlib.suppress(OSError, ValueError):
+            entries = json.loads(self._parsed_file(root).read_text(encoding="utf-8"))
+            if isinstance(entries, dict):
+                yamlio.prime_parsed(entries)
+
+    def save_parsed(self, root: Path) -> None:
+        """Keep what this run parsed for the next run on `root` (only those files: the store does not grow)."""
+        self._write(self._parsed_file(root).name, json.dumps(yamlio.parsed_since_prime(), separators=(",", ":")))
+
     def put(self, key: str, text: str) -> None:
         self._write(f"{key}.yaml", text)
 
@@ -162,17 +178,25 @@ def build_many(paths: Iterable[Path], cache: RenderCache | None = None) -> list[
                 return
             cache.misses += 1
 
-    for i in range(len(paths)):  # in this thread: the lookups are CPU-bound Python, threads only add contention
-        lookup(i)
     cpus = os.cpu_count() or 2
     with ThreadPoolExecutor(max_workers=max(1, cpus * 2)) as pool:
-        todo = [i for i in range(len(paths)) if i not in results]
+        started: list[tuple[list[int], Future[list[Rendered | RenderError]]]] = []
+
+        def start(group: list[int]) -> None:
+            started.append((group, pool.submit(build_batch, [paths[i] for i in group], cmd)))
+
+        for i in range(len(paths)):  # in this thread: the lookups are CPU-bound Python, threads only add contention
+            lookup(i)
+            if i not in results and not started:
+                start([i])  # the first folder to build starts now, while the others are looked up
+        todo = [i for i in range(len(paths)) if i not in results and i not in started[0][0]] if started else []
         batched = [i for i in todo if batchable(paths[i], cache)]
-        groups = _groups(batched, paths, max(cpus, -(-len(batched) // BATCH_SIZE)))
-        groups += [[i] for i in todo if not batchable(paths[i], cache)]
-        for group, built in zip(groups, pool.map(lambda g: build_batch([paths[i] for i in g], cmd), groups),
-                                strict=True):
-            for i, result in zip(group, built, strict=True):
+        for group in _groups(batched, paths, max(cpus, -(-len(batched) // BATCH_SIZE))):
+            start(group)
+        for i in sorted(set(todo) - set(batched)):
+            start([i])
+        for group, future in started:
+            for i, result in zip(group, future.result(), strict=True):
                 results[i] = result
     out: list[Rendered | RenderError] = []
     for i in range(len(paths)):

@@ -113,10 +113,17 @@ class Options:
 
 def validate_repo(root: Path, options: Options | None = None,
                   progress: Callable[[str], None] | None = None) -> list[Finding]:
-    """Every finding for the repository at `root`."""
-    options = options or Options()
+    """Every finding for the repository at `root` (read once: every check shares one Repository)."""
+    with Repository.session():
+        return _validate(root, options or Options(), progress)
+
+
+def _validate(root: Path, options: Options, progress: Callable[[str], None] | None) -> list[Finding]:
     say = progress or (lambda _msg: None)
     findings: list[Finding] = []
+    cache = kustomize.RenderCache() if options.cache else None
+    if cache is not None:
+        cache.load_parsed(root)
     problems = repo.yaml_problems(root)
     findings += [YAML_INVALID.finding(f"invalid YAML: {p.message}" if "YAML" not in p.message else p.message,
                                       path=p.path, line=p.line) for p in problems]
@@ -128,7 +135,6 @@ def validate_repo(root: Path, options: Options | None = None,
     # A folder whose own kustomization file is malformed is reported above, not rendered again.
     targets = [t for t in targets if repo.kustomization_file(t.path) not in broken]
     say(f"rendering {len(targets)} kustomizations")
-    cache = kustomize.RenderCache() if options.cache else None
     for target, result in zip(targets, kustomize.build_many((t.path for t in targets), cache), strict=True):
         if isinstance(result, RenderError):
             findings.append(RENDER_FAILED.finding(f"kustomize build failed: {result.detail}",
@@ -143,6 +149,7 @@ def validate_repo(root: Path, options: Options | None = None,
         except TritonCtlError as err:
             findings.append(RENDER_FAILED.finding(err.message, path=target.rel))
             continue
+        target.result = replace(result, docs=target.objects)  # later readers (compat) need not parse it again
         if cache is not None and result.key is not None:
             cache.put_docs(result.key, target.objects)
     if cache is not None:
@@ -172,6 +179,8 @@ def validate_repo(root: Path, options: Options | None = None,
     say("simulating each cluster's apply order")
     findings += convergence.check(root, targets, provides)
     findings += gpufacts.check(root, local)
+    if cache is not None:
+        cache.save_parsed(root)
     return _dedupe(findings)
 
 
@@ -229,7 +238,7 @@ def _metadata_findings(root: Path, layout: Layout, broken: set[Path]) -> list[Fi
         if meta_file in broken:
             continue
         rel = repo.relative(root, meta_file)
-        docs = yamlio.load_all(meta_file)
+        docs = yamlio.load_all_shared(meta_file)
         try:
             check_metadata(docs[0] if docs else {}, Path(rel))
         except TritonCtlError as err:

@@ -16,7 +16,7 @@ from kubectl_triton.compat.engine import CONFIG, EngineInfo, read_engine_dir
 from kubectl_triton.compat.rules import WARNING, Reason, Result, Target, evaluate, make_result, target_reasons
 from kubectl_triton.errors import InputError, RenderError
 from kubectl_triton.formats import pbtxt
-from kubectl_triton.formats.yamlio import load_all, loads_all
+from kubectl_triton.formats.yamlio import load_all_shared, loads_all
 from kubectl_triton.gitops import repo
 from kubectl_triton.gitops.labels import INSTANCE_LABEL, PRODUCT_LABEL
 from kubectl_triton.gitops.model import Layout, Repository
@@ -259,7 +259,7 @@ def load_model(root: Path, directory: Path) -> ModelInfo:
     """Read models/<name>/: model.yaml, engines/<gpu>/ metadata, the tensorrt_llm config.pbtxt."""
     meta: dict[str, Any] = {}
     if (directory / "model.yaml").is_file():
-        docs = load_all(directory / "model.yaml")
+        docs = load_all_shared(directory / "model.yaml")
         meta = docs[0] if docs else {}
         check_metadata(meta, directory / "model.yaml")
     engines = {}
@@ -318,7 +318,7 @@ def render_placements(root: Path, rendered: Iterable[Any] | None = None
             failures.append(r)
             continue
         rel = repo.relative(root, r.path)
-        found.extend(placements(loads_all(r.yaml, rel), rel))
+        found.extend(placements(r.docs if r.docs is not None else loads_all(r.yaml, rel), rel))
     return found, failures
 
 

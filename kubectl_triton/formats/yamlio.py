@@ -28,6 +28,7 @@ def loads_all(text: str, source: str = "<string>") -> list[Any]:
 
 
 _PARSED: dict[bytes, list[Any] | str] = {}  # content digest -> documents, or the error after its source name
+_USED: set[bytes] = set()  # digests asked for since the last parsed_since_prime
 
 
 def loads_all_shared(text: str, source: str = "<string>") -> list[Any]:
@@ -42,10 +43,40 @@ def loads_all_shared(text: str, source: str = "<string>") -> list[Any]:
             found = err.message.removeprefix(source)
         if len(_PARSED) > 20000:
             _PARSED.clear()
+            _USED.clear()
         _PARSED[key] = found
+    _USED.add(key)
     if isinstance(found, str):
         raise InputError(f"{source}{found}") from None
     return found
+
+
+def prime_parsed(entries: dict[str, Any]) -> None:
+    """Add parse results kept from an earlier run (hex content digest -> documents) to the memo."""
+    for digest, docs in entries.items():
+        try:
+            key = bytes.fromhex(digest)
+        except ValueError:
+            continue
+        if isinstance(docs, list):
+            _PARSED.setdefault(key, docs)
+
+
+def parsed_since_prime() -> dict[str, Any]:
+    """The documents of every stream parsed or looked up since the memo was primed, as `prime_parsed` takes
+    them, leaving out any that JSON would not give back exactly (dates, non-string keys, NaN)."""
+    out = {}
+    for key in _USED:
+        docs = _PARSED.get(key)
+        if isinstance(docs, list):
+            try:
+                text = json.dumps(docs)
+            except (TypeError, ValueError):
+                continue
+            if json.loads(text) == docs:
+                out[key.hex()] = docs
+    _USED.clear()
+    return out
 
 
 def load_all_shared(path: Path) -> list[Any]:

@@ -5,6 +5,7 @@ files changes whenever the build's output can. A remote reference (URL, helmChar
 
 from __future__ import annotations
 
+import os
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,20 +51,35 @@ class _Folder:
     complete: bool = True
 
 
-def build_inputs(directory: Path, memo: dict[Path, Any] | None = None) -> Inputs:
-    """Every file a build of `directory` can read. Pass the same `memo` to several calls of one run (files
-    unchanged meanwhile) so that folders they share (a base, a GPU component) are read once."""
+@dataclass
+class Memo:
+    """What several build_inputs calls of one run (files unchanged meanwhile) share: each folder read once,
+    each path resolved once."""
+
+    folders: dict[Path, _Folder] = field(default_factory=dict)
+    paths: dict[Path, Path] = field(default_factory=dict)
+
+    def resolve(self, path: Path) -> Path:
+        if path not in self.paths:
+            self.paths[path] = path.resolve()
+        return self.paths[path]
+
+
+def build_inputs(directory: Path, memo: Memo | None = None) -> Inputs:
+    """Every file a build of `directory` can read. Pass one `memo` to the calls of one run so that folders
+    they share (a base, a GPU component) are read once."""
     out = Inputs()
     seen: set[Path] = set()
-    folders = memo if memo is not None else {}
+    memo = memo or Memo()
+    folders = memo.folders
 
     def visit(folder: Path) -> None:
-        folder = folder.resolve()
+        folder = memo.resolve(folder)
         if folder in seen:
             return
         seen.add(folder)
         if folder not in folders:
-            folders[folder] = _read_folder(folder)
+            folders[folder] = _read_folder(folder, memo)
         own: _Folder = folders[folder]
         out.files |= own.files
         out.complete = out.complete and own.complete
@@ -74,14 +90,15 @@ def build_inputs(directory: Path, memo: dict[Path, Any] | None = None) -> Inputs
     return out
 
 
-def _read_folder(folder: Path) -> _Folder:
+def _read_folder(folder: Path, memo: Memo) -> _Folder:
     out = _Folder()
     if not folder.is_dir():
         out.complete = False
         return out
-    for child in folder.iterdir():  # `folder` is resolved: only symlinked children need resolving
-        if child.is_file():
-            out.files.add(child.resolve() if child.is_symlink() else child)
+    with os.scandir(folder) as entries:  # `folder` is resolved: only symlinked children need resolving
+        for entry in entries:
+            if entry.is_file():
+                out.files.add(Path(entry.path).resolve() if entry.is_symlink() else Path(entry.path))
     kfile = kustomization_file(folder)
     if kfile is None:
         return out
@@ -115,7 +132,9 @@ def _read_folder(folder: Path) -> _Folder:
         if target.is_dir():
             out.folders.append(target)
         else:
-            out.files.add(target.resolve())  # a missing file is hashed as missing: the build fails, is not cached
+            # kustomize joins a file's path to its (symlink-free) root lexically; a missing file is hashed as
+            # missing: the build fails and is not cached
+            out.files.add(Path(os.path.normpath(target)))
     return out
 
 

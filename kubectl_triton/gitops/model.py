@@ -6,8 +6,12 @@ writes; a repository can name other folders in its layout file (see `Layout.load
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
+import hashlib
 import json
+import os
 import posixpath
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -47,6 +51,8 @@ INSTALL_RELEASE = "kube-prometheus-stack"  # the Helm release name of the instal
 DEFAULT_SELECTOR: dict[str, str] = {"release": INSTALL_RELEASE}  # kube-prometheus-stack's default selection
 INSTALL_URL = "http://prometheus-operated.monitoring.svc:9090"  # the operator's Service of the installed stack
 
+
+_LAYOUTS: dict[tuple[Path, bytes], Layout] = {}  # layout file (path, content digest) -> what it says
 
 @dataclass(frozen=True)
 class Monitoring:
@@ -137,7 +143,13 @@ class Layout:
         if not path.is_file():
             return cls()
         try:
-            return cls._read(path)
+            try:
+                key = (path, hashlib.blake2b(path.read_bytes(), digest_size=16).digest())
+            except OSError as err:
+                raise InputError(f"{LAYOUT_FILE}: cannot read: {err.strerror or err}") from None
+            if key not in _LAYOUTS:  # read once per content: every check of a validate run asks for it
+                _LAYOUTS[key] = cls._read(path)
+            return _LAYOUTS[key]
         except InputError:
             if tolerant:
                 return cls(file=path)
@@ -348,6 +360,9 @@ class Model:
         return self.path / triton_model / CONFIG
 
 
+_SESSION: contextvars.ContextVar[dict[tuple[Path, bool], Repository] | None] = contextvars.ContextVar(
+    "repository_session", default=None)
+
 @dataclass
 class Repository:
     """The repository at `root`, read on first use of each part and then kept (one command, one read)."""
@@ -364,7 +379,24 @@ class Repository:
         root = root.resolve()
         layout = Layout.load(root, tolerant=tolerant)
         register(layout.gpu_types)  # the repository's own GPU types join the catalog for every lookup
+        session = _SESSION.get()
+        if session is not None:
+            found = session.get((root, tolerant))
+            if found is None or found.layout is not layout:
+                found = session[(root, tolerant)] = cls(root, layout, tolerant)
+            return found
         return cls(root, layout, tolerant)
+
+    @staticmethod
+    @contextlib.contextmanager
+    def session() -> Iterator[None]:
+        """Within it, `at` gives every caller the same Repository per root: read once for all the checks of a
+        validate run (the files must not change meanwhile)."""
+        token = _SESSION.set({})
+        try:
+            yield
+        finally:
+            _SESSION.reset(token)
 
     @classmethod
     def find(cls, start: Path | None = None, *, tolerant: bool = False) -> Repository:
@@ -462,10 +494,20 @@ def kustomization_file(directory: Path) -> Path | None:
 
 def relative(root: Path, path: Path) -> str:
     """`path` relative to `root` when inside it, for messages and JSON output."""
+    top = _resolved(root)
+    if path.is_absolute():  # most paths are already under the resolved root: no filesystem call needed
+        lexical = os.path.normpath(path)
+        if lexical.startswith(top + os.sep):
+            return lexical[len(top) + 1:]
     try:
-        return str(path.resolve().relative_to(root.resolve()))
+        return str(path.resolve().relative_to(top))
     except ValueError:
         return str(path)
+
+
+@functools.lru_cache(maxsize=64)
+def _resolved(root: Path) -> str:
+    return str(root.resolve())
 
 
 def _mapping(value: Any) -> dict[str, Any]:

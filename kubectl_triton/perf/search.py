@@ -34,7 +34,6 @@ DELAYS_US = (0, 100, 500, 1000, 2000)
 PREFERRED: tuple[tuple[int, ...], ...] = ((), (4,), (8,), (16,))
 MAX_BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128)
 NOISE_FLOOR = 0.03  # two windows within 3% are a tie whatever their own spread says
-NEAR_BOUND = 0.9  # a winner whose p99 is above 90% of the bound is measured again
 
 
 @dataclass(frozen=True)
@@ -428,8 +427,9 @@ class Search:
         return self.trials
 
     def confirm(self) -> None:
-        """Measure the winner again when its p99 is near the bound (one window may have been lucky); repeat
-        with the next winner if it no longer meets it, as long as the budget lasts."""
+        """Measure the winner of a latency objective again (one window's p99 may have been lucky: a tail that
+        stalls now and then shows in some windows only); repeat with the next winner if it no longer meets the
+        bound, as long as the budget lasts."""
         bound = self.objective.max_p99_ms
         if bound is None:
             return
@@ -439,10 +439,10 @@ class Search:
             if best is None or best in checked:
                 return
             fig = self.figures[best]
-            if fig.p99_ms <= NEAR_BOUND * bound or len(fig.results) > 1:
+            if len(fig.results) > 1:
                 return
             checked.add(best)
-            self._run(best, "near the p99 bound: measured again")
+            self._run(best, "p99 bound: measured again")
 
     def best(self) -> Candidate | None:
         return choose(self.figures, self.objective, required=False)

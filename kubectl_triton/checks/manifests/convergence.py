@@ -380,6 +380,11 @@ class _Cluster:
     pod_labels: dict[str | None, list[tuple[dict, dict[str, str]]]] = field(
         default_factory=lambda: defaultdict(list))
     services: dict[str | None, list[dict]] = field(default_factory=lambda: defaultdict(list))
+    service_labels: dict[int, dict[str, str]] = field(default_factory=dict)  # id(Service) -> its labels
+    # (namespace, workload kind, label, value) -> the pod labels of that kind's templates carrying it
+    pods_by_label: dict[tuple[str | None, str, str, str], list[dict[str, str]]] = field(
+        default_factory=lambda: defaultdict(list))
+    pod_kinds: dict[str | None, set[str]] = field(default_factory=lambda: defaultdict(set))
     claim_templates: set[tuple[str | None, str]] = field(default_factory=set)
 
     def add(self, obj: dict) -> None:
@@ -388,13 +393,18 @@ class _Cluster:
         if kind in WORKLOADS:
             for template in pod_templates(obj):
                 self.templates[ns].append((obj, template))
-                self.pod_labels[ns].append((obj, _labels(template)))
+                labels = _labels(template)
+                self.pod_labels[ns].append((obj, labels))
+                self.pod_kinds[ns].add(kind)
+                for key, value in labels.items():
+                    self.pods_by_label[(ns, kind, key, value)].append(labels)
             if kind == "StatefulSet":
                 for vct in _spec(obj).get("volumeClaimTemplates") or []:
                     if isinstance(vct, dict):
                         self.claim_templates.add((ns, _name(vct)))
         if kind == "Service" and _group(obj) == "":
             self.services[ns].append(obj)
+            self.service_labels[id(obj)] = _labels(obj)
         # Secrets that controllers write from objects of the repository
         spec = _spec(obj)
         if kind == "Certificate" and _group(obj) == "cert-manager.io" and spec.get("secretName"):
@@ -481,9 +491,7 @@ def _reference_findings(ks: Applied, objects: list[dict], cluster: _Cluster,
                         f"creates{extra}: the pods never start", path=ks.path, object=oid)
         elif kind == "Service" and _group(obj) == "":
             selector = _spec(obj).get("selector")
-            if isinstance(selector, dict) and selector and not any(
-                    selector_matches({"matchLabels": _without_controller_labels(selector, w)}, labels)
-                    for w, labels in cluster.pod_labels[ns]):
+            if isinstance(selector, dict) and selector and not _selects_a_pod(selector, cluster, ns):
                 yield SERVICE_SELECTS_NOTHING.finding(
                     f"selector {_fmt_labels(selector)} matches no pod template in namespace {ns}: the Service "
                     "never gets endpoints", path=ks.path, object=oid)
@@ -504,9 +512,24 @@ def _reference_findings(ks: Applied, objects: list[dict], cluster: _Cluster,
         # HTTPRoute backends (Service and port, in the clusters that apply the route): checks/manifests/routes.py
 
 
-def _without_controller_labels(selector: dict, workload: dict) -> dict:
-    """`selector` less the keys the workload's controller sets on its pods (their values are not in git)."""
-    keys = _data()["controller_pod_labels"].get(str(workload.get("kind")), [])
+def _selects_a_pod(selector: dict, cluster: _Cluster, ns: str | None) -> bool:
+    """Whether a Service's selector matches a pod template of namespace `ns` (less, for each workload kind, the
+    labels its controller sets), looked up through one of its labels rather than against every template."""
+    for kind in cluster.pod_kinds[ns]:
+        wanted = {str(k): str(v) for k, v in _without_controller_labels(selector, kind).items()}
+        if not wanted:
+            return True  # nothing left to match: every pod of that kind
+        key, value = next(iter(wanted.items()))
+        if any(selector_matches({"matchLabels": wanted}, labels)
+               for labels in cluster.pods_by_label.get((ns, kind, key, value), [])):
+            return True
+    return False
+
+
+def _without_controller_labels(selector: dict, kind: str) -> dict:
+    """`selector` less the keys the controller of a `kind` workload sets on its pods (their values are not in
+    git)."""
+    keys = _data()["controller_pod_labels"].get(kind, [])
     return {k: v for k, v in selector.items()
             if not any(k == key or (key.endswith("/") and str(k).startswith(key)) for key in keys)}
 
@@ -524,7 +547,7 @@ def _service_monitor(ks: Applied, obj: dict, cluster: _Cluster) -> Iterator[Find
     else:
         names = nsel.get("matchNames") or [ns]
         candidates = [s for n in names for s in cluster.services.get(str(n), [])]
-    selected = [s for s in candidates if selector_matches(spec.get("selector") or {}, _labels(s))]
+    selected = [s for s in candidates if selector_matches(spec.get("selector") or {}, cluster.service_labels[id(s)])]
     if not selected:
         scope = "any namespace" if nsel.get("any") else \
             "namespace " + ", ".join(map(str, nsel.get("matchNames") or [ns]))

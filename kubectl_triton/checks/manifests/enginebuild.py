@@ -79,7 +79,7 @@ def check_engine_dirs(root: Path) -> list[Finding]:
     out = []
     for meta_file in sorted((root / Repository.at(root, tolerant=True).layout.models).glob("*/model.yaml")):
         try:
-            docs = yamlio.load_all(meta_file)
+            docs = yamlio.load_all_shared(meta_file)
         except TritonCtlError:
             continue  # the metadata checks report unreadable files
         meta = docs[0] if docs and isinstance(docs[0], dict) else {}

@@ -185,7 +185,7 @@ def read_models(root: Path) -> dict[str, ModelMeta]:
     for meta_file in sorted((root / models).glob("*/model.yaml")) if (root / models).is_dir() else []:
         try:
             text = meta_file.read_text(encoding="utf-8")
-            docs = yamlio.loads_all(text, str(meta_file))
+            docs = yamlio.loads_all_shared(text, str(meta_file))
         except (OSError, UnicodeDecodeError, TritonCtlError):
             continue
         meta = docs[0] if docs and isinstance(docs[0], dict) else None

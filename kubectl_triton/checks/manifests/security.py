@@ -22,7 +22,7 @@ from kubectl_triton.checks.findings import ERROR, WARNING, Finding
 from kubectl_triton.checks.registry import Severity, register
 from kubectl_triton.errors import TritonCtlError
 from kubectl_triton.formats.schemas import object_id
-from kubectl_triton.formats.yamlio import load_all
+from kubectl_triton.formats.yamlio import load_all_shared
 from kubectl_triton.gitops.labels import EXEMPT_ANNOTATION
 from kubectl_triton.gitops.model import Repository
 
@@ -424,7 +424,7 @@ def check_model_metadata(root: Path) -> list[Finding]:
     for path in sorted(models.glob("*/model.yaml")) if models.is_dir() else []:
         rel = path.relative_to(root).as_posix()
         try:
-            docs = load_all(path)
+            docs = load_all_shared(path)
         except TritonCtlError:
             continue  # malformed metadata is reported by the checks that read it
         lines = _read_lines(path)

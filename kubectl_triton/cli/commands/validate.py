@@ -57,15 +57,15 @@ def command(ctx: click.Context, repo_dir: Path | None, with_triton: bool, output
         click.echo("warning: --triton needs the tritonserver of nvidia-pytriton "
                    "(pip install 'kubectl-triton[triton]'); static checks only", err=True)
         with_triton = False
-    if not repository.overlays:
-        click.echo(f"note: no model overlay under {repository.layout.overlays}/ yet: only the bases and Flux objects "
-                   "are checked (kubectl triton add-model NAME --backend BACKEND --gpu GPU adds one)", err=True)
     progress = None
     if output == "text" and sys.stderr.isatty():
         def progress(msg: str) -> None:
             click.echo(f"… {msg}", err=True)
     findings = validate_repo(root, Options(kubernetes_version, with_triton, not no_compat, not no_cache, changed_from),
                              progress)
+    if not repository.overlays:  # asked after the run, whose parse memo it reuses
+        click.echo(f"note: no model overlay under {repository.layout.overlays}/ yet: only the bases and Flux objects "
+                   "are checked (kubectl triton add-model NAME --backend BACKEND --gpu GPU adds one)", err=True)
     emit(findings, output, click.echo)
     if has_errors(findings):
         raise click.exceptions.Exit(1)
