@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: install system-deps test lint render bench fuzz dist init-data clean
+.PHONY: install system-deps test lint render bench fuzz realworld dist init-data clean
 
 install: system-deps $(BIN)/kubectl-triton
 
@@ -50,6 +50,13 @@ bench: install
 # Property-based tests with many more examples than `make test` runs.
 fuzz: install
 	KUBECTL_TRITON_FUZZ_EXAMPLES=10000 $(BIN)/python -m pytest -q tests -k fuzz -p no:cacheprovider
+
+# The static checks against the real tritonserver on every real model repository of
+# ../shared/conformance/realworld-configs and up to four single-point mutations of each (`make test` runs one
+# repository per project with one mutation each); about 10 minutes on 2 cores.
+realworld: install
+	KUBECTL_TRITON_REALWORLD=all PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest -q \
+	  tests/test_conformance_realworld.py -p no:cacheprovider
 
 # dist/kubectl-triton: one executable file for krew and GitHub releases that runs on every CPython minor version in
 # DIST_PYTHONS found on PATH (tools/zipapp.py: the pure-Python part once, compiled wheels per version, a stdlib

@@ -156,6 +156,25 @@ def test_build_shadow_layout(tmp_path: Path) -> None:
     assert written == shadow_config(pbtxt.parse(ONNX))
 
 
+def test_build_shadow_keeps_unknown_platforms_and_policy_versions(tmp_path: Path) -> None:
+    """A platform no backend serves is copied as written (Triton refuses it on every host); a model committed
+    without version folders gets those its `specific` policy names, else `1/`."""
+    io = ('input [ { name: "x" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
+          'output [ { name: "y" data_type: TYPE_FP32 dims: [ 1 ] } ]\n')
+    configs = {"legacy": 'platform: "custom"\n' + io,
+               "pinned": 'backend: "python"\nversion_policy { specific { versions: [ 3, 2 ] } }\n' + io,
+               "latest": 'backend: "python"\nversion_policy { latest { num_versions: 2 } }\n' + io}
+    for name, text in configs.items():
+        (tmp_path / "src" / name).mkdir(parents=True)
+        (tmp_path / "src" / name / "config.pbtxt").write_text(text)
+    build_shadow(tmp_path / "src", tmp_path / "shadow")
+    dest = tmp_path / "shadow"
+    assert (dest / "legacy" / "config.pbtxt").read_text() == configs["legacy"]
+    assert sorted(p.name for p in (dest / "pinned").iterdir() if p.is_dir()) == ["2", "3"]
+    assert (dest / "pinned" / "2" / "model.py").read_text() == stub_path("generic").read_text()
+    assert sorted(p.name for p in (dest / "latest").iterdir() if p.is_dir()) == ["1"]
+
+
 def test_build_shadow_keep_python_keeps_the_models_own_files(tmp_path: Path) -> None:
     src = write_repo(tmp_path / "src")
     build_shadow(src, tmp_path / "shadow", keep_python=True)

@@ -162,6 +162,18 @@ E1202 11:14:44.962 8587 tritonserver.cc:2607] "Internal: failed to load all mode
 '''  # noqa: E501
 
 
+def test_log_error_for_a_model_without_a_version_to_load() -> None:
+    """Triton 2.51 lists no such model in its index; its message is the `failed to load model 'M'` line, not the
+    per-version notes before it."""
+    log = (
+        'E1203 06:31:02.101 901 model_repository_manager.cc:1] "version 2 is specified for model \'ce\', but the '
+        'version directory is not present"\n'
+        'E1203 06:31:02.102 901 model_repository_manager.cc:1] "failed to load model \'ce\': at least one version '
+        'must be available under the version policy of model \'ce\'"\n')
+    expected = "at least one version must be available under the version policy of model 'ce'"
+    assert ts.log_error_for(log, "ce") == expected
+
+
 def test_log_parsing_attributes_each_error_to_its_model() -> None:
     assert ts.error_messages(LOG)[0].startswith("Poll failed")
     assert len(ts.error_messages(LOG)) == 3  # start-up noise dropped

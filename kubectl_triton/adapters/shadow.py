@@ -64,6 +64,20 @@ def is_ensemble(config: Any) -> bool:
     return config.platform == ENSEMBLE
 
 
+def unknown_platform(config: Any) -> bool:
+    """A platform without a backend that Triton does not know (e.g. the removed `custom`)."""
+    return bool(config.platform) and not config.backend and config.platform not in PLATFORM_BACKENDS \
+        and not is_ensemble(config)
+
+
+def default_versions(config: Any) -> list[str]:
+    """The version folders a model without any gets in the shadow: those its `specific` version policy names
+    (a deployment that mounts the artifacts has them), else `1`."""
+    if config.version_policy.WhichOneof("policy_choice") == "specific" and config.version_policy.specific.versions:
+        return [str(v) for v in sorted(set(config.version_policy.specific.versions)) if v >= 0] or ["1"]
+    return ["1"]
+
+
 def shadow_config(config: Any, max_instances: int | None = None) -> Any:
     """A copy of `config` that the python backend loads on CPU, with the same I/O and policies."""
     kind = pbtxt.schema().ModelInstanceGroup.Kind
@@ -107,12 +121,13 @@ def _shadow_model(src: Path, dest: Path, keep_python: bool, stubs: dict[str, str
         config = pbtxt.parse(text, str(src / "config.pbtxt"))
     except pbtxt.PbtxtError:
         config = None
-    versions = version_dirs(src)
-    if config is None or is_ensemble(config):
-        # Triton judges these as written: unparsable configs (it reports the syntax error) and ensembles
+    versions = version_dirs(src) or (default_versions(config) if config is not None else ["1"])
+    if config is None or is_ensemble(config) or unknown_platform(config):
+        # Triton judges these as written: unparsable configs (it reports the syntax error), ensembles, and a
+        # platform no backend serves (refused as "unexpected platform type" on every host)
         dest.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(src / "config.pbtxt", dest / "config.pbtxt")
-        for version in versions or ["1"]:
+        for version in versions:
             (dest / version).mkdir(parents=True, exist_ok=True)
         return
 
@@ -120,13 +135,13 @@ def _shadow_model(src: Path, dest: Path, keep_python: bool, stubs: dict[str, str
     stub = stubs.get(backend)
     if stub is None and keep_python and backend == PYTHON:
         _copy_tree(src, dest)
-        for version in versions or ["1"]:
+        for version in versions:
             (dest / version).mkdir(parents=True, exist_ok=True)
     else:
         dest.mkdir(parents=True, exist_ok=True)
         if (src / "warmup").is_dir():
             shutil.copytree(src / "warmup", dest / "warmup", dirs_exist_ok=True)
-        for version in versions or ["1"]:
+        for version in versions:
             (dest / version).mkdir(parents=True, exist_ok=True)
             shutil.copyfile(stub or generic, dest / version / "model.py")
     shadow = shadow_config(config, max_instances)

@@ -369,11 +369,11 @@ def error_messages(log: str) -> list[str]:
 
 
 def log_error_for(log: str, model: str) -> str | None:
-    """Triton's own load-failure message for `model` from the server log, if any: a
-    `failed to load 'M'` or `Poll failed for model directory 'M'` line, else the first error line
-    that names the model as a whole word (ensemble validation errors name it that way)."""
+    """Triton's own load-failure message for `model` from the server log, if any: a `failed to load 'M'`,
+    `failed to load model 'M'` (no version to load) or `Poll failed for model directory 'M'` line, else the first
+    error line that names the model as a whole word (ensemble validation errors name it that way)."""
     name = re.escape(model)
-    direct = (re.compile(r"failed to load '" + name + r"'(?: version \d+)?: (.*)$"),
+    direct = (re.compile(r"failed to load (?:model )?'" + name + r"'(?: version \d+)?: (.*)$"),
               re.compile(r"Poll failed for model directory '" + name + r"': (.*)$"))
     messages = error_messages(log)
     for msg in messages:

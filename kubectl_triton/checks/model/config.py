@@ -378,7 +378,25 @@ def check_io(config: Any) -> Iterator[Issue]:
             if problem is not None:
                 yield Issue(MODEL_IO, f"model {kind} {problem} for {name}", obj, needle)
                 continue
+    yield from check_labels(config)
     yield from check_batch_io(config)
+
+
+def check_labels(config: Any) -> Iterator[Issue]:
+    """Triton reads each output's label_filename into one table keyed by output name when it loads the model:
+    a second output of the same name with a label file fails the load (LabelProvider::AddLabels). Outputs of
+    the same name without label files load."""
+    labeled: dict[str, int] = {}
+    for io in config.output:
+        if not io.label_filename:
+            continue
+        seen = labeled.get(io.name, 0)
+        if seen:
+            yield Issue(MODEL_IO,
+                        f"multiple label files for '{io.name}': model {config.name} declares output '{io.name}' "
+                        f"more than once with a label_filename; Triton keeps one label file per output name",
+                        f"output '{io.name}'", "label_filename", index=seen)
+        labeled[io.name] = seen + 1
 
 
 def check_batch_io(config: Any) -> Iterator[Issue]:

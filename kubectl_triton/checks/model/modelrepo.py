@@ -16,7 +16,10 @@ from typing import Any
 from kubectl_triton.checks.findings import ERROR, Finding
 from kubectl_triton.checks.model.base import (
     CONFIG_SYNTAX,
+    ENSEMBLE_MODEL,
     MODEL_CONFIG_MISSING,
+    TRTLLM_DECOUPLED,
+    TRTLLM_TEXT_INPUT,
     Issue,
     ModelFolder,
     is_ensemble,
@@ -184,4 +187,37 @@ def check_repository(repo_dir: Path, *, display_root: Path | None = None,
     known = set(known_models or ()) | broken
     for name, issues in check_ensembles(filled, folders, known, valid, strict=strict).items():
         findings.extend(_findings(by_name[name], issues, root))
+    findings.extend(_failing_steps(models, findings, root))
     return findings
+
+
+# Errors about what every request will do, not about loading: the model (and its ensembles) still load.
+_LOADS_ANYWAY = frozenset({TRTLLM_DECOUPLED.code, TRTLLM_TEXT_INPUT.code})
+
+
+def _failing_steps(models: list[_Model], findings: list[Finding], root: Path) -> list[Finding]:
+    """Triton refuses an ensemble whose step model fails (its config is refused, or it is an ensemble refused in
+    turn): "ensemble 'E' depends on 'M' which is not valid". One error per ensemble that has none of its own."""
+    failed: dict[str, str] = {}
+    for f in findings:
+        if f.severity == ERROR and f.model and f.model not in failed and f.code not in _LOADS_ANYWAY:
+            failed[str(f.model)] = f.message
+    out: list[Finding] = []
+    changed = True
+    while changed:  # an ensemble of ensembles fails when an inner one does
+        changed = False
+        for m in models:
+            if m.name in failed or m.config is None or not is_ensemble(m.config):
+                continue
+            steps = m.config.ensemble_scheduling.step
+            bad = next((i for i, s in enumerate(steps) if s.model_name in failed), None)
+            if bad is None:
+                continue
+            step = steps[bad].model_name
+            message = (f"ensemble '{m.config.name or m.name}' depends on '{step}' which is not valid. Model "
+                       f"'{step}' failed with error: {failed[step]}")
+            issue = Issue(ENSEMBLE_MODEL, message, f"ensemble_scheduling.step[{bad}]", f'"{step}"')
+            out.extend(_findings(m, [issue], root))
+            failed[m.name] = message
+            changed = True
+    return out

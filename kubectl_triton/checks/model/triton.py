@@ -20,7 +20,13 @@ import tempfile
 from pathlib import Path
 
 from kubectl_triton.adapters.shadow import build_shadow, model_dirs
-from kubectl_triton.adapters.tritonserver import TritonServer, failed_models, find_install
+from kubectl_triton.adapters.tritonserver import (
+    TritonServer,
+    failed_models,
+    find_install,
+    log_error_for,
+    model_states,
+)
 from kubectl_triton.checks.findings import Finding
 from kubectl_triton.checks.model.base import TRITON_LOAD
 from kubectl_triton.gitops.repo import relative
@@ -52,13 +58,20 @@ def findings_from_states(failures: dict[str, str], repo_dir: Path,
 
 
 def run_shadow(shadow_dir: Path, timeout: float = 120) -> dict[str, str]:
-    """Start one tritonserver on a prepared shadow repository; model -> Triton's failure message."""
+    """Start one tritonserver on a prepared shadow repository; model -> Triton's failure message. A model that
+    Triton does not list at all (its version policy selects no version folder) failed too."""
     server = TritonServer(shadow_dir, exit_on_error=False)
     try:
         server.start(timeout=timeout)
-        return failed_models(server)
+        failures = failed_models(server)
+        listed = set(model_states(server))
+        log = server.log
     finally:
         server.stop(grace=0)
+    for model_dir in model_dirs(shadow_dir):
+        if model_dir.name not in listed and model_dir.name not in failures:
+            failures[model_dir.name] = log_error_for(log, model_dir.name) or "Triton loaded no version of it"
+    return failures
 
 
 def check_repository_with_triton(repo_dir: Path, *, display_root: Path | None = None,
