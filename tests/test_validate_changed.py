@@ -124,3 +124,26 @@ def test_only_what_json_gives_back_exactly_is_kept():
     plain = yamlio.loads_all_shared("name: x\nitems: [1, 2.5, true, null]\n", "plain.yaml")
     kept = yamlio.parsed_since_prime()
     assert plain in kept.values() and dated not in kept.values() and keyed not in kept.values()
+
+
+def test_inputs_through_symlinked_folders_are_the_files_kustomize_reads(tmp_path: Path):
+    """A folder reached through a symlink, and `..` after it: the files are those of the link's target, as
+    kustomize (which resolves each root's symlinks, then joins paths lexically) reads them."""
+    tmp_path = tmp_path.resolve()
+    real = tmp_path / "shared" / "base"
+    real.mkdir(parents=True)
+    (real / "kustomization.yaml").write_text("resources:\n- cm.yaml\n- ../extra\n")
+    (real / "cm.yaml").write_text("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n")
+    (tmp_path / "shared" / "extra").mkdir()
+    (tmp_path / "shared" / "extra" / "kustomization.yaml").write_text("resources: []\n")
+    overlay = tmp_path / "repo" / "overlay"
+    overlay.mkdir(parents=True)
+    (tmp_path / "repo" / "base").symlink_to(real)
+    (overlay / "kustomization.yaml").write_text("resources:\n- ../base\n")
+    files = build_inputs(overlay).files
+    assert real / "cm.yaml" in files and tmp_path / "shared" / "extra" / "kustomization.yaml" in files
+    cache = kustomize.RenderCache(tmp_path / "cache")
+    first = cache.key(overlay, kustomize.kustomize_command())
+    (real / "cm.yaml").write_text("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: b\n")
+    assert kustomize.RenderCache(tmp_path / "cache").key(overlay, kustomize.kustomize_command()) != first
+    assert "name: b" in kustomize.build_many([overlay], kustomize.RenderCache(tmp_path / "cache"))[0].yaml

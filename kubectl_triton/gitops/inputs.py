@@ -60,8 +60,14 @@ class Memo:
     paths: dict[Path, Path] = field(default_factory=dict)
 
     def resolve(self, path: Path) -> Path:
+        """`path` with every symlink resolved, its parent's resolution reused (one lstat per new path)."""
         if path not in self.paths:
-            self.paths[path] = path.resolve()
+            parent = path.parent
+            if parent == path or not path.is_absolute() or path.name in ("", ".", ".."):
+                self.paths[path] = path.resolve()
+            else:
+                here = self.resolve(parent) / path.name
+                self.paths[path] = here.resolve() if here.is_symlink() else here
         return self.paths[path]
 
 
@@ -129,8 +135,8 @@ def _read_folder(folder: Path, memo: Memo) -> _Folder:
             out.complete = False
             continue
         target = folder / ref
-        if target.is_dir():
-            out.folders.append(target)
+        if target.is_dir():  # joined lexically to the (symlink-free) folder, as kustomize does
+            out.folders.append(Path(os.path.normpath(target)))
         else:
             # kustomize joins a file's path to its (symlink-free) root lexically; a missing file is hashed as
             # missing: the build fails and is not cached
