@@ -24,6 +24,8 @@ from tests.apiserver import (
     healthy_model,
     leaderworkerset,
 )
+from tests.test_status_reasons import codes, only
+from tests.test_status_reasons import status as reasons_status
 
 MODEL = "llama3-70b"
 ROOT = Path(__file__).resolve().parents[1]
@@ -35,18 +37,7 @@ RECREATED = (f"Worker pod {MODEL}-triton-group-0-1 failed, deleted leader pod {M
 
 
 def status(run_cli, api, *args: str) -> tuple[int, dict]:  # noqa: F811
-    res = run_cli("status", "--kubeconfig", str(api.kubeconfig_path), "-o", "json", "--no-probe", *args)
-    assert "Traceback" not in res.stderr, res.stderr
-    return res.exit_code, json.loads(res.stdout)
-
-
-def only(doc: dict) -> dict:
-    assert len(doc["models"]) == 1, doc
-    return doc["models"][0]
-
-
-def codes(model: dict) -> list[str]:
-    return [r["code"] for r in model["reasons"]]
+    return reasons_status(run_cli, api, "--no-probe", *args)
 
 
 def starting() -> dict:

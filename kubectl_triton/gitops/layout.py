@@ -3,6 +3,7 @@ refused), and reading what a cluster provides from the layout file (kubectl-trit
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -36,6 +37,15 @@ def inside(root: Path, path: Path) -> bool:
 # ---- the layout file's `cluster:` section (what a cluster provides before Flux applies the repository) ----------
 
 LAYOUT_FILE = "kubectl-triton.yaml"
+LAYOUT_SCHEMA = "kubectl-triton.schema.json"  # package data: the layout file's JSON Schema
+
+
+@functools.cache
+def layout_validator() -> Any:
+    """The JSON Schema validator of the layout file (built once per process)."""
+    import jsonschema
+
+    return jsonschema.Draft202012Validator(json.loads(data_text(LAYOUT_SCHEMA)))
 
 
 class LayoutError(InputError):
@@ -100,7 +110,6 @@ def _node_line(node: Any, path: list[Any]) -> int | None:
 def read_cluster_provides(root: Path) -> ClusterProvides:
     """The `cluster.provides` section of `root`/kubectl-triton.yaml (empty when the file is absent).
     A malformed file raises LayoutError naming the repository-relative path and line."""
-    import jsonschema  # type: ignore[import-untyped]
     import yaml
 
     path = root / LAYOUT_FILE
@@ -118,8 +127,7 @@ def read_cluster_provides(root: Path) -> ClusterProvides:
                           f"invalid YAML: {getattr(err, 'problem', None) or err}") from None
     if doc is None:
         return ClusterProvides(file=LAYOUT_FILE)
-    schema = json.loads(data_text("kubectl-triton.schema.json"))
-    errors = sorted(jsonschema.Draft202012Validator(schema).iter_errors(doc), key=lambda e: list(e.absolute_path))
+    errors = sorted(layout_validator().iter_errors(doc), key=lambda e: list(e.absolute_path))
     if errors:
         first = errors[0]
         where = "/".join(str(p) for p in first.absolute_path) or "(top level)"

@@ -10,7 +10,6 @@ import contextlib
 import contextvars
 import functools
 import hashlib
-import json
 import os
 import posixpath
 from collections.abc import Iterator
@@ -21,12 +20,10 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from kubectl_triton.compat.catalog import GPU, register
-from kubectl_triton.datafiles import data_text
 from kubectl_triton.errors import InputError
 from kubectl_triton.formats.yamlio import load_all, load_all_shared
+from kubectl_triton.gitops.layout import LAYOUT_FILE, LAYOUT_SCHEMA, layout_validator
 
-LAYOUT_FILE = "kubectl-triton.yaml"
-LAYOUT_SCHEMA = "kubectl-triton.schema.json"
 KUSTOMIZATION_FILES = ("kustomization.yaml", "kustomization.yml", "Kustomization")
 FLUX_KUSTOMIZATION_API = "kustomize.toolkit.fluxcd.io/"
 HELM_RELEASE_API = "helm.toolkit.fluxcd.io/"
@@ -228,18 +225,11 @@ class Layout:
         return posixpath.relpath(to, from_dir)
 
 
-@functools.cache
-def _layout_validator() -> Any:
-    import jsonschema
-
-    return jsonschema.Draft202012Validator(json.loads(data_text(LAYOUT_SCHEMA)))
-
-
 def _check_schema(doc: dict[str, Any]) -> None:
     """One InputError naming the first place where `doc` breaks the layout file's JSON Schema."""
     import jsonschema
 
-    error = jsonschema.exceptions.best_match(_layout_validator().iter_errors(doc))
+    error = jsonschema.exceptions.best_match(layout_validator().iter_errors(doc))
     if error is not None:
         where = "/".join(str(p) for p in error.absolute_path) or "(top level)"
         raise InputError(f"{LAYOUT_FILE}: {where}: {error.message}",
