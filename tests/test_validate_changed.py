@@ -123,7 +123,7 @@ def test_only_what_json_gives_back_exactly_is_kept():
     keyed = yamlio.loads_all_shared("1: one\n", "keyed.yaml")
     plain = yamlio.loads_all_shared("name: x\nitems: [1, 2.5, true, null]\n", "plain.yaml")
     kept = yamlio.parsed_since_prime()
-    assert plain in kept.values() and dated not in kept.values() and keyed not in kept.values()
+    assert kept is not None and plain in kept.values() and dated not in kept.values() and keyed not in kept.values()
 
 
 def test_inputs_through_symlinked_folders_are_the_files_kustomize_reads(tmp_path: Path):

@@ -18,7 +18,7 @@ from typing import Any
 
 from kubectl_triton.errors import RenderError, ToolMissing
 from kubectl_triton.formats import yamlio
-from kubectl_triton.gitops.inputs import Inputs, Memo, build_inputs
+from kubectl_triton.gitops.inputs import Memo, build_inputs, digest
 
 # kustomize-controller builds with the repository root as the only boundary, so overlays may load
 # files from elsewhere in the repo (here: models/). The same flag makes local renders match Flux.
@@ -65,8 +65,9 @@ class RenderCache:
         self.hits = 0
         self.misses = 0
         self._digests: dict[Path, str] = {}
-        self.inputs: dict[Path, Inputs] = {}  # build inputs of each folder keyed this run (files read once)
-        self._memo = Memo()  # folders read and paths resolved by gitops.inputs in this run
+        self.memo = Memo()  # folders read and paths resolved by gitops.inputs in this run
+        self._folders: dict[Path, str] = {}  # folder -> digest of what a build of it reads (gitops.inputs.digest)
+        self._exe: dict[str, str] = {}
 
     def _digest(self, path: Path) -> str:
         if path not in self._digests:
@@ -78,18 +79,17 @@ class RenderCache:
 
     def key(self, path: Path, command: Sequence[str]) -> str | None:
         """The content key of a build of `path`, or None when its inputs cannot all be known."""
-        inputs = self.inputs[path] = build_inputs(path, self._memo)
-        if not inputs.complete:
+        inputs = digest(path, self._digest, self.memo, self._folders)
+        if inputs is None:
             return None
+        if command[0] not in self._exe:
+            exe = Path(command[0])
+            st = exe.stat() if exe.is_file() else None
+            self._exe[command[0]] = f"{st.st_size}:{st.st_mtime_ns}" if st else ""
         h = hashlib.sha256()
-        for part in (*command, *FLUX_FLAGS, str(path.resolve())):
+        for part in (*command, *FLUX_FLAGS, str(self.memo.resolve(path.absolute()))):
             h.update(part.encode() + b"\0")
-        exe = Path(command[0])
-        if exe.is_file():
-            st = exe.stat()
-            h.update(f"{st.st_size}:{st.st_mtime_ns}\0".encode())
-        for file in sorted(inputs.files):
-            h.update(f"{file}\0{self._digest(file)}\0".encode())
+        h.update(f"{self._exe[command[0]]}\0{inputs}\0".encode())
         return h.hexdigest()
 
     def get(self, key: str) -> tuple[str, list[Any] | None] | None:
@@ -136,7 +136,9 @@ class RenderCache:
 
     def save_parsed(self, root: Path) -> None:
         """Keep what this run parsed for the next run on `root` (only those files: the store does not grow)."""
-        self._write(self._parsed_file(root).name, json.dumps(yamlio.parsed_since_prime(), separators=(",", ":")))
+        parsed = yamlio.parsed_since_prime()
+        if parsed is not None:  # None: the store holds exactly these already
+            self._write(self._parsed_file(root).name, json.dumps(parsed, separators=(",", ":")))
 
     def put(self, key: str, text: str) -> None:
         self._write(f"{key}.yaml", text)
@@ -162,10 +164,49 @@ def build_many(paths: Iterable[Path], cache: RenderCache | None = None) -> list[
     """Build several directories, keeping order; failures are returned, not raised. With `cache`, a build whose
     inputs are unchanged is read from it instead of run. The others are built in batches, one kustomize process
     per CPU (or per BATCH_SIZE folders) rather than one per folder (see `build_batch`), in parallel."""
+    return start_many(paths, cache).results()
+
+
+class Builds:
+    """Builds under way (see `start_many`): `results()` waits for them."""
+
+    def __init__(self, paths: list[Path], cache: RenderCache | None) -> None:
+        self.paths = paths
+        self.cache = cache
+        self.keys: list[str | None] = [None] * len(paths)
+        self.done: dict[int, Rendered | RenderError] = {}
+        self.started: list[tuple[list[int], Future[list[Rendered | RenderError]]]] = []
+        self.pool = ThreadPoolExecutor(max_workers=max(1, (os.cpu_count() or 2) * 2))
+
+    def cancel(self) -> None:
+        """Start no further build (those running finish on their own)."""
+        self.pool.shutdown(wait=False, cancel_futures=True)
+
+    def results(self) -> list[Rendered | RenderError]:
+        """Every folder's result in the order given (waits for the builds still running)."""
+        try:
+            for group, future in self.started:
+                for i, result in zip(group, future.result(), strict=True):
+                    self.done[i] = result
+        finally:
+            self.pool.shutdown(wait=True, cancel_futures=True)
+        out: list[Rendered | RenderError] = []
+        for i in range(len(self.paths)):
+            result = self.done[i]
+            key = self.keys[i]
+            if self.cache is not None and key is not None and isinstance(result, Rendered) and result.key is None:
+                self.cache.put(key, result.yaml)
+                result = Rendered(result.path, result.yaml, key)
+            out.append(result)
+        return out
+
+
+def start_many(paths: Iterable[Path], cache: RenderCache | None = None) -> Builds:
+    """Look every folder up in `cache` and start building the others (as `build_many` does) without waiting
+    for them: the caller goes on while kustomize runs, then asks `results()`."""
     cmd = kustomize_command()
-    paths = list(paths)
-    results: dict[int, Rendered | RenderError] = {}
-    keys: list[str | None] = [None] * len(paths)
+    builds = Builds(list(paths), cache)
+    paths, results, keys = builds.paths, builds.done, builds.keys
 
     def lookup(i: int) -> None:
         if cache is None:
@@ -178,34 +219,26 @@ def build_many(paths: Iterable[Path], cache: RenderCache | None = None) -> list[
                 return
             cache.misses += 1
 
-    cpus = os.cpu_count() or 2
-    with ThreadPoolExecutor(max_workers=max(1, cpus * 2)) as pool:
-        started: list[tuple[list[int], Future[list[Rendered | RenderError]]]] = []
+    def start(group: list[int]) -> None:
+        builds.started.append((group, builds.pool.submit(build_batch, [paths[i] for i in group], cmd)))
 
-        def start(group: list[int]) -> None:
-            started.append((group, pool.submit(build_batch, [paths[i] for i in group], cmd)))
-
+    try:
         for i in range(len(paths)):  # in this thread: the lookups are CPU-bound Python, threads only add contention
             lookup(i)
-            if i not in results and not started:
+            if i not in results and not builds.started:
                 start([i])  # the first folder to build starts now, while the others are looked up
-        todo = [i for i in range(len(paths)) if i not in results and i not in started[0][0]] if started else []
+        first = builds.started[0][0] if builds.started else []
+        todo = [i for i in range(len(paths)) if i not in results and i not in first]
         batched = [i for i in todo if batchable(paths[i], cache)]
+        cpus = os.cpu_count() or 2
         for group in _groups(batched, paths, max(cpus, -(-len(batched) // BATCH_SIZE))):
             start(group)
         for i in sorted(set(todo) - set(batched)):
             start([i])
-        for group, future in started:
-            for i, result in zip(group, future.result(), strict=True):
-                results[i] = result
-    out: list[Rendered | RenderError] = []
-    for i in range(len(paths)):
-        result = results[i]
-        if cache is not None and keys[i] is not None and isinstance(result, Rendered) and result.key is None:
-            cache.put(str(keys[i]), result.yaml)
-            result = Rendered(result.path, result.yaml, keys[i])
-        out.append(result)
-    return out
+    except BaseException:
+        builds.pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    return builds
 
 
 # Folders per kustomize process: a build's cost grows faster than linearly with its objects (measured with
@@ -220,7 +253,7 @@ _ROOT_SENSITIVE = (b"sortOptions", b"openapi", b"buildMetadata")
 def batchable(path: Path, cache: RenderCache | None = None) -> bool:
     """Whether `path` builds the same inside a batch as on its own: all its inputs are local files and no
     kustomization it reads uses a root-sensitive field."""
-    inputs = (cache.inputs.get(path) if cache is not None else None) or build_inputs(path)
+    inputs = build_inputs(path, cache.memo if cache is not None else None)
     if not inputs.complete:
         return False
     for file in inputs.files:

@@ -21,8 +21,6 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.error
-import urllib.request
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -299,6 +297,9 @@ class TritonServer:
 
 
 def _http_status(url: str) -> int | None:
+    import urllib.error
+    import urllib.request
+
     try:
         with urllib.request.urlopen(url, timeout=1) as resp:
             return resp.status
@@ -310,6 +311,9 @@ def _http_status(url: str) -> int | None:
 
 def http_json(method: str, url: str, body: Any = None, timeout: float = 30) -> Any:
     """Send JSON, decode JSON; HTTP errors become TritonServerError with the server's error text."""
+    import urllib.error
+    import urllib.request
+
     data = None if body is None else json.dumps(body).encode()
     req = urllib.request.Request(url, data=data, method=method,
                                  headers={"Content-Type": "application/json"} if data else {})

@@ -124,18 +124,28 @@ def _validate(root: Path, options: Options, progress: Callable[[str], None] | No
     cache = kustomize.RenderCache() if options.cache else None
     if cache is not None:
         cache.load_parsed(root)
-    problems = repo.yaml_problems(root)
-    findings += [YAML_INVALID.finding(f"invalid YAML: {p.message}" if "YAML" not in p.message else p.message,
-                                      path=p.path, line=p.line) for p in problems]
-    broken = {root / p.path for p in problems}
     provides = _provides(root, findings)
     layout = Repository.at(root, tolerant=True).layout
-    findings += _metadata_findings(root, layout, broken)
     targets = _targets(root, layout, findings)
-    # A folder whose own kustomization file is malformed is reported above, not rendered again.
-    targets = [t for t in targets if repo.kustomization_file(t.path) not in broken]
+    # A folder whose own kustomization file is malformed is reported as such, not rendered.
+    own = {t.path: problem for t in targets if (kfile := repo.kustomization_file(t.path)) is not None
+           and (problem := repo.read_problem(root, kfile)) is not None}
+    targets = [t for t in targets if t.path not in own]
     say(f"rendering {len(targets)} kustomizations")
-    for target, result in zip(targets, kustomize.build_many((t.path for t in targets), cache), strict=True):
+    builds = kustomize.start_many((t.path for t in targets), cache)
+    try:  # while kustomize runs: the malformed files, model metadata, what the change can reach
+        problems = repo.yaml_problems(root)
+        problems += [p for p in own.values() if p not in problems]
+        findings += [YAML_INVALID.finding(f"invalid YAML: {p.message}" if "YAML" not in p.message else p.message,
+                                          path=p.path, line=p.line) for p in problems]
+        findings += _metadata_findings(root, layout, {root / p.path for p in problems})
+        # Per-folder checks run where the change can reach; cluster-wide checks always see every folder.
+        affected = None if options.changed_from is None else \
+            _affected(root, layout, targets, options.changed_from, cache.memo if cache is not None else None)
+    except BaseException:
+        builds.cancel()
+        raise
+    for target, result in zip(targets, builds.results(), strict=True):
         if isinstance(result, RenderError):
             findings.append(RENDER_FAILED.finding(f"kustomize build failed: {result.detail}",
                                     path=target.rel))
@@ -155,9 +165,7 @@ def _validate(root: Path, options: Options, progress: Callable[[str], None] | No
     if cache is not None:
         cache.prune()
     rendered = [t for t in targets if t.objects]
-    # Per-folder checks run where the change can reach; cluster-wide checks always see every folder.
-    local = rendered if options.changed_from is None else \
-        _affected(root, layout, rendered, options.changed_from, cache.inputs if cache is not None else {})
+    local = rendered if affected is None else [t for t in rendered if t.path in affected]
     say("checking schemas")
     schema_findings = _schema_findings(local, options.kubernetes_version)
     findings += schema_findings
@@ -184,29 +192,29 @@ def _validate(root: Path, options: Options, progress: Callable[[str], None] | No
     return _dedupe(findings)
 
 
-def _affected(root: Path, layout: Layout, rendered: list[Target], ref: str,
-              known: dict[Path, inputs.Inputs]) -> list[Target]:
-    """The rendered folders a change since `ref` can affect: those whose build inputs changed, the overlays of a
-    changed model's folder, the paths of changed Flux files. A change outside the layout's overlays, bases, models
-    and clusters folders (the layout file, say) affects everything."""
+def _affected(root: Path, layout: Layout, targets: list[Target], ref: str,
+              memo: inputs.Memo | None) -> set[Path]:
+    """The folders of `targets` a change since `ref` can affect: those whose build inputs changed, the overlays
+    of a changed model's folder, the paths of changed Flux files. A change outside the layout's overlays, bases,
+    models and clusters folders (the layout file, say) affects everything."""
     changed = inputs.changed_files(root, ref)
-    top = root.resolve()
+    top = repo.resolved(root)
     rels = [c.relative_to(top).as_posix() for c in changed if top in c.parents]
     folders = (layout.overlays, layout.bases, layout.models, layout.clusters)
     if any(not any(rel.startswith(f"{folder}/") for folder in folders) for rel in rels):
-        return rendered
+        return {t.path for t in targets}
     inside = {top / rel for rel in rels}
     models = {rel[len(layout.models) + 1:].split("/", 1)[0] for rel in rels
               if rel.startswith(f"{layout.models}/") and rel.count("/") > layout.models.count("/") + 1}
-    flux_paths = {(root / ks.path).resolve() for ks in repo.flux_kustomizations(root, tolerant=True)
-                  if ks.file.resolve() in inside}
-    out = []
-    for target in rendered:
+    flux_paths = {repo.resolved(root / ks.path) for ks in repo.flux_kustomizations(root, tolerant=True)
+                  if repo.resolved(ks.file) in inside}
+    out = set()
+    memo, done = memo or inputs.Memo(), {}  # the render cache's memo: folders read during its lookups
+    for target in targets:
         under = target.rel[len(layout.overlays) + 1:].split("/", 1)[0] \
             if target.rel.startswith(f"{layout.overlays}/") else None
-        found = known.get(target.path) or inputs.build_inputs(target.path)
-        if not found.complete or found.files & inside or target.path in flux_paths or under in models:
-            out.append(target)
+        if target.path in flux_paths or under in models or inputs.reaches(target.path, inside, memo, done):
+            out.add(target.path)
     return out
 
 
@@ -251,7 +259,7 @@ def _targets(root: Path, layout: Layout, findings: list[Finding]) -> list[Target
     targets: dict[Path, Target] = {}
 
     def add(path: Path) -> Target:
-        path = path.resolve()
+        path = repo.resolved(path)
         if path not in targets:
             targets[path] = Target(path, repo.relative(root, path))
         return targets[path]
@@ -263,6 +271,7 @@ def _targets(root: Path, layout: Layout, findings: list[Finding]) -> list[Target
             add(cluster)
     flux = repo.flux_kustomizations(root, tolerant=True)
     names = {(k.namespace, k.name) for k in flux}
+    top = repo.resolved(root)
     for ks in flux:
         rel_file = repo.relative(root, ks.file)
         where = f"Kustomization/{ks.namespace}/{ks.name}"
@@ -281,8 +290,8 @@ def _targets(root: Path, layout: Layout, findings: list[Finding]) -> list[Target
         if not_here is not None:
             findings.append(not_here)
             continue
-        path = (root / ks.path).resolve()
-        if root.resolve() not in (path, *path.parents):
+        path = repo.resolved(root / ks.path)
+        if top != path and top not in path.parents:
             findings.append(FLUX_PATH.finding(f"spec.path {ks.path} leaves the repository",
                                     path=rel_file, object=where))
         elif not path.is_dir():
@@ -329,8 +338,8 @@ def _duplicate_findings(root: Path, targets: list[Target]) -> list[Finding]:
     for cluster in repo.clusters(root, tolerant=True):
         owners: dict[str, list[str]] = defaultdict(list)
         for ks in repo.flux_kustomizations(root, cluster, tolerant=True):
-            target = by_path.get((root / ks.path).resolve())
-            if target is None or target.path == cluster.resolve():
+            target = by_path.get(repo.resolved(root / ks.path))
+            if target is None or target.path == repo.resolved(cluster):
                 continue
             for obj in target.objects:
                 owners[f"{obj.get('apiVersion')}:{schemas.object_id(obj)}"].append(ks.name)

@@ -51,8 +51,12 @@ def loads_all_shared(text: str, source: str = "<string>") -> list[Any]:
     return found
 
 
+_PRIMED: set[bytes] = set()  # digests the last prime_parsed gave
+
+
 def prime_parsed(entries: dict[str, Any]) -> None:
     """Add parse results kept from an earlier run (hex content digest -> documents) to the memo."""
+    _PRIMED.clear()
     for digest, docs in entries.items():
         try:
             key = bytes.fromhex(digest)
@@ -60,11 +64,16 @@ def prime_parsed(entries: dict[str, Any]) -> None:
             continue
         if isinstance(docs, list):
             _PARSED.setdefault(key, docs)
+            _PRIMED.add(key)
 
 
-def parsed_since_prime() -> dict[str, Any]:
+def parsed_since_prime() -> dict[str, Any] | None:
     """The documents of every stream parsed or looked up since the memo was primed, as `prime_parsed` takes
-    them, leaving out any that JSON would not give back exactly (dates, non-string keys, NaN)."""
+    them, leaving out any that JSON would not give back exactly (dates, non-string keys, NaN). None when they
+    are exactly the streams it was primed with (nothing new to keep)."""
+    if _USED == _PRIMED:
+        _USED.clear()
+        return None
     out = {}
     for key in _USED:
         docs = _PARSED.get(key)

@@ -5,8 +5,10 @@ files changes whenever the build's output can. A remote reference (URL, helmChar
 
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -70,6 +72,45 @@ class Memo:
                 self.paths[path] = here.resolve() if here.is_symlink() else here
         return self.paths[path]
 
+    def folder(self, path: Path) -> _Folder:
+        """What the (resolved) folder `path` contributes, read once."""
+        if path not in self.folders:
+            self.folders[path] = _read_folder(path, self)
+        return self.folders[path]
+
+
+def digest(directory: Path, file_digest: Callable[[Path], str], memo: Memo, done: dict[Path, str]) -> str | None:
+    """A digest of every file a build of `directory` can read, or None when they cannot all be known (a remote
+    reference): each folder's digest covers its path, its own files' contents (`file_digest`) and the digests of
+    the folders it refers to, so a folder shared by many builds is digested once (`done`, kept across calls)."""
+    folder = memo.resolve(directory)
+    if folder in done:
+        return done[folder] or None
+    done[folder] = ""  # a reference cycle: kustomize refuses it, so the build fails and is never cached
+    own = memo.folder(folder)
+    h = hashlib.sha256(f"{folder}\0".encode())
+    for file in sorted(map(str, own.files)):
+        h.update(f"{file}\0{file_digest(Path(file))}\0".encode())
+    parts = [digest(child, file_digest, memo, done) for child in own.folders]
+    if not own.complete or any(part is None for part in parts):
+        return None
+    for part in parts:
+        h.update(f"{part}\0".encode())
+    done[folder] = h.hexdigest()
+    return done[folder]
+
+
+def reaches(directory: Path, files: set[Path], memo: Memo, done: dict[Path, bool]) -> bool:
+    """Whether a build of `directory` can read one of `files` (or reads something that cannot be known), each
+    folder looked at once across calls sharing `done`."""
+    folder = memo.resolve(directory)
+    if folder not in done:
+        done[folder] = False  # a reference cycle adds nothing
+        own = memo.folder(folder)
+        done[folder] = not own.complete or not own.files.isdisjoint(files) or \
+            any(reaches(child, files, memo, done) for child in own.folders)
+    return done[folder]
+
 
 def build_inputs(directory: Path, memo: Memo | None = None) -> Inputs:
     """Every file a build of `directory` can read. Pass one `memo` to the calls of one run so that folders
@@ -77,16 +118,13 @@ def build_inputs(directory: Path, memo: Memo | None = None) -> Inputs:
     out = Inputs()
     seen: set[Path] = set()
     memo = memo or Memo()
-    folders = memo.folders
 
     def visit(folder: Path) -> None:
         folder = memo.resolve(folder)
         if folder in seen:
             return
         seen.add(folder)
-        if folder not in folders:
-            folders[folder] = _read_folder(folder, memo)
-        own: _Folder = folders[folder]
+        own = memo.folder(folder)
         out.files |= own.files
         out.complete = out.complete and own.complete
         for child in own.folders:
@@ -147,22 +185,25 @@ def _read_folder(folder: Path, memo: Memo) -> _Folder:
 def changed_files(root: Path, ref: str) -> set[Path]:
     """Files that differ between `ref` and the working tree at `root` (committed, staged, unstaged, untracked;
     deleted ones included), resolved. A ref git does not know is an InputError."""
-    def git(*args: str) -> str:
-        try:
-            proc = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=False)
-        except FileNotFoundError:
-            raise InputError("--changed-from needs git, and git is not on PATH") from None
-        if proc.returncode != 0:
-            first = next((ln for ln in proc.stderr.splitlines() if ln.strip()), "failed")
-            raise InputError(f"--changed-from {ref}: {first.removeprefix('fatal: ')}")
-        return proc.stdout
-
-    top = Path(git("rev-parse", "--show-toplevel").strip())
-    try:
-        git("rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
-    except InputError:
-        raise InputError(f"--changed-from {ref}: not a commit in this repository",
-                         hint="fetch it first (actions/checkout: fetch-depth: 0)") from None
-    names = git("diff", "--name-only", "-z", ref, "--").split("\0")
-    names += git("ls-files", "--others", "--exclude-standard", "--full-name", "-z").split("\0")
+    commands = {"top": ["rev-parse", "--show-toplevel"],
+                "ref": ["rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"],
+                "diff": ["diff", "--name-only", "-z", ref, "--"],
+                "new": ["ls-files", "--others", "--exclude-standard", "--full-name", "-z"]}
+    try:  # the four run at once
+        procs = {name: subprocess.Popen(["git", *args], cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                        text=True) for name, args in commands.items()}
+    except FileNotFoundError:
+        raise InputError("--changed-from needs git, and git is not on PATH") from None
+    out = {name: (proc.communicate(), proc.returncode) for name, proc in procs.items()}
+    for name in commands:
+        (_stdout, stderr), code = out[name]
+        if code == 0:
+            continue
+        if name == "ref" and out["top"][1] == 0:
+            raise InputError(f"--changed-from {ref}: not a commit in this repository",
+                             hint="fetch it first (actions/checkout: fetch-depth: 0)")
+        first = next((ln for ln in stderr.splitlines() if ln.strip()), "failed")
+        raise InputError(f"--changed-from {ref}: {first.removeprefix('fatal: ')}")
+    top = Path(out["top"][0][0].strip())
+    names = out["diff"][0][0].split("\0") + out["new"][0][0].split("\0")
     return {(top / n).resolve() for n in names if n}

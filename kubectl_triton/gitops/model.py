@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import fnmatch
 import functools
 import hashlib
 import os
@@ -352,6 +353,19 @@ class Model:
 
 _SESSION: contextvars.ContextVar[dict[tuple[Path, bool], Repository] | None] = contextvars.ContextVar(
     "repository_session", default=None)
+_RESOLVED: contextvars.ContextVar[dict[Path, Path] | None] = contextvars.ContextVar("resolved_paths", default=None)
+
+
+def resolved(path: Path) -> Path:
+    """`path.resolve()`, resolved once per path within a Repository.session (the files must not change)."""
+    memo = _RESOLVED.get()
+    if memo is None:
+        return path.resolve()
+    found = memo.get(path)
+    if found is None:
+        found = memo[path] = path.resolve()
+    return found
+
 
 @dataclass
 class Repository:
@@ -366,7 +380,7 @@ class Repository:
         """The repository whose root is `root` (its layout file read, if any). With `tolerant`, malformed
         kustomization and Flux files are skipped and a malformed layout file gives the default layout
         (validate reports each as a finding)."""
-        root = root.resolve()
+        root = resolved(root)
         layout = Layout.load(root, tolerant=tolerant)
         register(layout.gpu_types)  # the repository's own GPU types join the catalog for every lookup
         session = _SESSION.get()
@@ -382,11 +396,12 @@ class Repository:
     def session() -> Iterator[None]:
         """Within it, `at` gives every caller the same Repository per root: read once for all the checks of a
         validate run (the files must not change meanwhile)."""
-        token = _SESSION.set({})
+        token, paths = _SESSION.set({}), _RESOLVED.set({})
         try:
             yield
         finally:
             _SESSION.reset(token)
+            _RESOLVED.reset(paths)
 
     @classmethod
     def find(cls, start: Path | None = None, *, tolerant: bool = False) -> Repository:
@@ -517,15 +532,20 @@ def _kind(kfile: Path, tolerant: bool = False) -> str:
     return str(doc.get("kind", "Kustomization")) if isinstance(doc, dict) else "Kustomization"
 
 
+def _files(top: Path, pattern: str) -> list[Path]:
+    """sorted(top.rglob(pattern)) in one walk: files below `top` whose name matches, symlinked folders not
+    descended into (as rglob before Python 3.13)."""
+    return sorted(Path(folder, name) for folder, _dirs, names in os.walk(top) for name in names
+                  if fnmatch.fnmatchcase(name, pattern) and os.path.exists(os.path.join(folder, name)))
+
+
 def _kustomizations(top: Path, tolerant: bool = False) -> Iterator[tuple[Path, str]]:
-    if not top.is_dir():
-        return
-    for kfile in sorted(top.rglob("kustomization.yaml")):
+    for kfile in _files(top, "kustomization.yaml"):
         yield kfile.parent, _kind(kfile, tolerant)
 
 
 def _flux_objects(cluster_dir: Path, tolerant: bool = False) -> Iterator[FluxObject]:
-    for f in sorted(cluster_dir.rglob("*.y*ml")):
+    for f in _files(cluster_dir, "*.y*ml"):
         try:
             docs = load_all_shared(f) if tolerant else load_all(f)
         except InputError:

@@ -3,16 +3,25 @@ repository anew; commands build one `gitops.model.Repository` and share it inste
 
 from __future__ import annotations
 
+import fnmatch
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from kubectl_triton.errors import InputError
 from kubectl_triton.formats.yamlio import loads_all_shared
-from kubectl_triton.gitops.model import KUSTOMIZATION_FILES, FluxKustomization, Repository, kustomization_file, relative
+from kubectl_triton.gitops.model import (
+    KUSTOMIZATION_FILES,
+    FluxKustomization,
+    Repository,
+    kustomization_file,
+    relative,
+    resolved,
+)
 
 __all__ = ["FluxKustomization", "YamlProblem", "clusters", "components", "find_root", "flux_kustomizations",
-           "kustomization_file", "overlays", "read_problem", "relative", "yaml_problems"]
+           "kustomization_file", "overlays", "read_problem", "relative", "resolved", "yaml_problems"]
 
 
 def find_root(start: Path | None = None) -> Path:
@@ -41,8 +50,8 @@ def flux_kustomizations(root: Path, cluster: Path | None = None, *, tolerant: bo
     repo = Repository.at(root, tolerant=tolerant)
     if cluster is None:
         return repo.flux_kustomizations
-    want = cluster.resolve()
-    return [k for c in repo.clusters if c.path.resolve() == want for k in c.kustomizations]
+    want = resolved(cluster)
+    return [k for c in repo.clusters if resolved(c.path) == want for k in c.kustomizations]
 
 
 @dataclass(frozen=True)
@@ -74,12 +83,14 @@ def yaml_problems(root: Path) -> list[YamlProblem]:
     """Every malformed file the repository's tools read: kustomization files (overlays/, base/, clusters/), the
     Flux files under clusters/ and models/*/model.yaml."""
     layout = Repository.at(root, tolerant=True).layout
-    files: set[Path] = set()
+    files: set[str] = set()
     for top in (layout.overlays, layout.bases, layout.clusters):
-        if (root / top).is_dir():
-            files.update(p for name in KUSTOMIZATION_FILES for p in (root / top).rglob(name))
-    if (root / layout.clusters).is_dir():
-        files.update((root / layout.clusters).rglob("*.y*ml"))
-    if (root / layout.models).is_dir():
-        files.update((root / layout.models).glob("*/model.yaml"))
-    return [p for f in sorted(files) if f.is_file() and (p := read_problem(root, f)) is not None]
+        flux_files = top == layout.clusters
+        # like Path.rglob before Python 3.13: symlinked folders are not descended into
+        for folder, _dirs, names in os.walk(root / top):
+            files.update(os.path.join(folder, name) for name in names
+                         if name in KUSTOMIZATION_FILES or (flux_files and fnmatch.fnmatchcase(name, "*.y*ml")))
+    models = root / layout.models
+    if models.is_dir():
+        files.update(str(p) for p in models.glob("*/model.yaml"))
+    return [p for f in sorted(map(Path, files)) if os.path.isfile(f) and (p := read_problem(root, f)) is not None]

@@ -206,6 +206,9 @@ class _Provided:
     # Kustomization of another source): it may install any CRD or namespace, so a missing one is only a warning
     unknown: list[str] = field(default_factory=list)
 
+    def copy(self) -> _Provided:
+        return _Provided(dict(self.namespaces), dict(self.groups), dict(self.unawaited), list(self.unknown))
+
 
 def _helm_chart(release: dict, objects: list[dict]) -> str | None:
     spec = _spec(release)
@@ -381,6 +384,8 @@ class _Cluster:
         default_factory=lambda: defaultdict(list))
     services: dict[str | None, list[dict]] = field(default_factory=lambda: defaultdict(list))
     service_labels: dict[int, dict[str, str]] = field(default_factory=dict)  # id(Service) -> its labels
+    services_by_label: dict[tuple[str | None, str, str], list[dict]] = field(  # (namespace, label, value)
+        default_factory=lambda: defaultdict(list))
     # (namespace, workload kind, label, value) -> the pod labels of that kind's templates carrying it
     pods_by_label: dict[tuple[str | None, str, str, str], list[dict[str, str]]] = field(
         default_factory=lambda: defaultdict(list))
@@ -404,7 +409,9 @@ class _Cluster:
                         self.claim_templates.add((ns, _name(vct)))
         if kind == "Service" and _group(obj) == "":
             self.services[ns].append(obj)
-            self.service_labels[id(obj)] = _labels(obj)
+            self.service_labels[id(obj)] = labels = _labels(obj)
+            for key, value in labels.items():
+                self.services_by_label[(ns, key, value)].append(obj)
         # Secrets that controllers write from objects of the repository
         spec = _spec(obj)
         if kind == "Certificate" and _group(obj) == "cert-manager.io" and spec.get("secretName"):
@@ -468,7 +475,7 @@ def _reference_findings(ks: Applied, objects: list[dict], cluster: _Cluster,
                         provides: ClusterProvides) -> Iterator[Finding]:
     external = [(s.namespace, s.name) for s in provides.secrets]
     for obj in objects:
-        kind, ns, oid = obj.get("kind"), _ns(obj), object_id(obj)
+        kind, ns = obj.get("kind"), _ns(obj)
         if kind in WORKLOADS:
             seen: set[tuple[str, str]] = set()
             for template in pod_templates(obj):
@@ -488,25 +495,25 @@ def _reference_findings(ks: Applied, objects: list[dict], cluster: _Cluster,
                              if ref_kind == "Secret" else "")
                     yield _REF_CHECKS[ref_kind].finding(
                         f"{where} uses {ref_kind} {ns}/{name}, which no Kustomization of this cluster "
-                        f"creates{extra}: the pods never start", path=ks.path, object=oid)
+                        f"creates{extra}: the pods never start", path=ks.path, object=object_id(obj))
         elif kind == "Service" and _group(obj) == "":
             selector = _spec(obj).get("selector")
             if isinstance(selector, dict) and selector and not _selects_a_pod(selector, cluster, ns):
                 yield SERVICE_SELECTS_NOTHING.finding(
                     f"selector {_fmt_labels(selector)} matches no pod template in namespace {ns}: the Service "
-                    "never gets endpoints", path=ks.path, object=oid)
+                    "never gets endpoints", path=ks.path, object=object_id(obj))
         elif kind == "HorizontalPodAutoscaler":
             ref = _spec(obj).get("scaleTargetRef")
             if isinstance(ref, dict) and not cluster.has(str(ref.get("kind")), ns, str(ref.get("name"))):
                 yield SCALE_TARGET_MISSING.finding(
                     f"scaleTargetRef {ref.get('kind')}/{ref.get('name')} does not exist in namespace {ns}",
-                    path=ks.path, object=oid)
+                    path=ks.path, object=object_id(obj))
         elif kind == "PodDisruptionBudget":
             selector = _spec(obj).get("selector")
             if not any(selector_matches(selector, labels) for _, labels in cluster.pod_labels[ns]):
                 yield PDB_SELECTS_NOTHING.finding(
                     f"selector {_fmt_labels((selector or {}).get('matchLabels') or {})} matches no pod template "
-                    f"in namespace {ns}", path=ks.path, object=oid)
+                    f"in namespace {ns}", path=ks.path, object=object_id(obj))
         elif kind == "ServiceMonitor":
             yield from _service_monitor(ks, obj, cluster)
         # HTTPRoute backends (Service and port, in the clusters that apply the route): checks/manifests/routes.py
@@ -542,12 +549,15 @@ def _fmt_labels(labels: Any) -> str:
 def _service_monitor(ks: Applied, obj: dict, cluster: _Cluster) -> Iterator[Finding]:
     spec, ns, oid = _spec(obj), _ns(obj), object_id(obj)
     nsel = _as_dict(spec.get("namespaceSelector"))
-    if nsel.get("any"):
-        candidates = [s for services in cluster.services.values() for s in services]
+    selector = spec.get("selector") or {}
+    namespaces = list(cluster.services) if nsel.get("any") else [str(n) for n in nsel.get("matchNames") or [ns]]
+    match = selector.get("matchLabels") if isinstance(selector, dict) else None
+    if isinstance(match, dict) and match:  # looked up through one of its labels rather than against every Service
+        key, value = next(iter(match.items()))
+        candidates = [s for n in namespaces for s in cluster.services_by_label.get((n, str(key), str(value)), [])]
     else:
-        names = nsel.get("matchNames") or [ns]
-        candidates = [s for n in names for s in cluster.services.get(str(n), [])]
-    selected = [s for s in candidates if selector_matches(spec.get("selector") or {}, cluster.service_labels[id(s)])]
+        candidates = [s for n in namespaces for s in cluster.services.get(n, [])]
+    selected = [s for s in candidates if selector_matches(selector, cluster.service_labels[id(s)])]
     if not selected:
         scope = "any namespace" if nsel.get("any") else \
             "namespace " + ", ".join(map(str, nsel.get("matchNames") or [ns]))
@@ -668,15 +678,19 @@ def check_cluster(applied: list[Applied], provides: ClusterProvides, flux_namesp
         _add_from(everywhere, ks, effective[ks.key], True, all_objects)
     out: list[Finding] = out_cycles
     storage = _storage_classes(provides, all_objects)
+    before: dict[tuple[tuple[str, str], ...], _Provided] = {}  # what a line of ancestors provides (many share one)
     for ks in applied:
         if ks.objects is None:
             continue
         line = ancestors(ks, by_key)
         objects = effective[ks.key]
         if all(a.objects is not None for a in line):  # an unrendered ancestor is reported as such already
-            have = _baseline(provides, flux_namespace)
-            for ancestor in line:
-                _add_from(have, ancestor, effective[ancestor.key], True, all_objects, frozenset(by_key))
+            keys = tuple(a.key for a in line)
+            if keys not in before:
+                before[keys] = _baseline(provides, flux_namespace)
+                for ancestor in line:
+                    _add_from(before[keys], ancestor, effective[ancestor.key], True, all_objects, frozenset(by_key))
+            have = before[keys].copy()
             _add_from(have, ks, objects, False, all_objects)
             out.extend(_order_findings(ks, objects, have, everywhere))
         out.extend(_reference_findings(ks, objects, cluster, provides))
@@ -694,10 +708,10 @@ def check(root: Path, targets: list[Any], provides: ClusterProvides) -> list[Fin
         applied = []
         flux_ns = _data()["flux"]["namespace"]
         for ks in repo.flux_kustomizations(root, cluster_dir, tolerant=True):
-            path = (root / ks.path).resolve()
+            path = repo.resolved(root / ks.path)
             target = by_path.get(path)
             spec = _as_dict(ks.obj.get("spec"))
-            if path == cluster_dir.resolve():
+            if path == repo.resolved(cluster_dir):
                 flux_ns = ks.namespace
             foreign = ks.source_ref[:2] != own and ks.source_ref[0] != ""  # applies another source's files
             applied.append(Applied(ks.name, ks.namespace, repo.relative(root, ks.file), repo.relative(root, path),

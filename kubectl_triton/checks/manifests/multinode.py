@@ -242,7 +242,7 @@ def check_controller(root: Path, targets: Iterable[Any]) -> list[Finding]:
         by_name = {(k.namespace, k.name): k for k in kss}
 
         def objects(ks: repo.FluxKustomization) -> list:
-            return rendered.get(repo.relative(root, (root / ks.path).resolve()), [])
+            return rendered.get(repo.relative(root, repo.resolved(root / ks.path)), [])
 
         installers = {key for key, k in by_name.items() if _installs_lws(objects(k))}
         for ks in kss:

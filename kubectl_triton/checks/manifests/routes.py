@@ -59,11 +59,11 @@ def check(root: Path, targets: list[Any]) -> list[Finding]:
 
 def _deployed(root: Path, target: Any, targets: list[Any], by_path: dict, flux: list) -> tuple[list[Any], bool]:
     """Targets applied next to `target` (same cluster folders), and whether `target` is registered."""
-    clusters = {ks.file.parent for ks in flux if (root / ks.path).resolve() == target.path}
+    clusters = {ks.file.parent for ks in flux if repo.resolved(root / ks.path) == target.path}
     if not clusters:
         overlays = Repository.at(root, tolerant=True).layout.overlays + "/"
         return [t for t in targets if t.rel.startswith(overlays)], False
-    paths = {(root / ks.path).resolve() for ks in flux if any(c in ks.file.parents or c == ks.file.parent
+    paths = {repo.resolved(root / ks.path) for ks in flux if any(c in ks.file.parents or c == ks.file.parent
                                                              for c in clusters)}
     return [by_path[p] for p in paths if p in by_path], True
 
