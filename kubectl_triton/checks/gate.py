@@ -209,7 +209,8 @@ def _affected(root: Path, layout: Layout, targets: list[Target], ref: str,
     flux_paths = {repo.resolved(root / ks.path) for ks in repo.flux_kustomizations(root, tolerant=True)
                   if repo.resolved(ks.file) in inside}
     out = set()
-    memo, done = memo or inputs.Memo(), {}  # the render cache's memo: folders read during its lookups
+    memo = memo or inputs.Memo()  # the render cache's: the folders its lookups read
+    done: dict[Path, bool] = {}
     for target in targets:
         under = target.rel[len(layout.overlays) + 1:].split("/", 1)[0] \
             if target.rel.startswith(f"{layout.overlays}/") else None
