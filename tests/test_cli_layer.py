@@ -205,3 +205,19 @@ def test_all_namespaces_before_the_sub_command(run_cli, api):  # noqa: F811
     assert res.exit_code == 0, res.stderr
     assert sorted((m["namespace"], m["model"]) for m in json.loads(res.stdout)["models"]) == [("one", "a"),
                                                                                             ("two", "b")]
+
+
+def test_run_as_a_program_the_output_is_whole_and_exit_handlers_run(tmp_path: Path):
+    """Run as a program, the plugin ends without tearing the interpreter down (cli._leave): every byte of its
+    output and its exit code still arrive, and exit handlers (a tritonserver it started is stopped by one) run."""
+    marker = tmp_path / "handler-ran"
+    script = ("import atexit, pathlib, sys; "
+              f"atexit.register(pathlib.Path({str(marker)!r}).write_text, 'yes'); "
+              "sys.argv = ['kubectl-triton', 'validate', '--list-checks', '-o', 'json']; "
+              "from kubectl_triton.cli import main; main()")
+    res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert res.returncode == 0 and res.stderr == ""
+    assert len(json.loads(res.stdout)["checks"]) > 40 and marker.read_text() == "yes"
+    res = subprocess.run([sys.executable, "-m", "kubectl_triton", "validate", "--no-such-flag"], capture_output=True,
+                         text=True, timeout=120, cwd=REPO)
+    assert res.returncode == 2 and "no-such-flag" in res.stderr

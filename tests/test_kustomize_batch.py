@@ -127,3 +127,10 @@ def test_kubectl_errors_read_without_the_klog_header(tmp_path: Path):
     assert isinstance(err, RenderError)
     assert "missing.yaml" in err.detail
     assert "run.go" not in err.detail and not err.detail.startswith(("E1", "E0")), err.detail
+
+
+def test_kustomize_runs_with_a_lazier_garbage_collector_unless_the_user_set_one(monkeypatch):
+    monkeypatch.delenv("GOGC", raising=False)
+    assert kustomize.go_env()["GOGC"] == "400"
+    monkeypatch.setenv("GOGC", "100")
+    assert kustomize.go_env()["GOGC"] == "100"

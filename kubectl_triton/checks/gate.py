@@ -121,6 +121,7 @@ def validate_repo(root: Path, options: Options | None = None,
 def _validate(root: Path, options: Options, progress: Callable[[str], None] | None) -> list[Finding]:
     say = progress or (lambda _msg: None)
     findings: list[Finding] = []
+    changes = None if options.changed_from is None else inputs.ChangedFiles(root, options.changed_from)
     cache = kustomize.RenderCache() if options.cache else None
     if cache is not None:
         cache.load_parsed(root)
@@ -131,6 +132,8 @@ def _validate(root: Path, options: Options, progress: Callable[[str], None] | No
     own = {t.path: problem for t in targets if (kfile := repo.kustomization_file(t.path)) is not None
            and (problem := repo.read_problem(root, kfile)) is not None}
     targets = [t for t in targets if t.path not in own]
+    if changes is not None:
+        changes.check()  # a usage error before any build starts
     say(f"rendering {len(targets)} kustomizations")
     builds = kustomize.start_many((t.path for t in targets), cache)
     try:  # while kustomize runs: the malformed files, model metadata, what the change can reach
@@ -140,8 +143,8 @@ def _validate(root: Path, options: Options, progress: Callable[[str], None] | No
                                           path=p.path, line=p.line) for p in problems]
         findings += _metadata_findings(root, layout, {root / p.path for p in problems})
         # Per-folder checks run where the change can reach; cluster-wide checks always see every folder.
-        affected = None if options.changed_from is None else \
-            _affected(root, layout, targets, options.changed_from, cache.memo if cache is not None else None)
+        affected = None if changes is None else \
+            _affected(root, layout, targets, changes.result(), cache.memo if cache is not None else None)
     except BaseException:
         builds.cancel()
         raise
@@ -192,12 +195,11 @@ def _validate(root: Path, options: Options, progress: Callable[[str], None] | No
     return _dedupe(findings)
 
 
-def _affected(root: Path, layout: Layout, targets: list[Target], ref: str,
+def _affected(root: Path, layout: Layout, targets: list[Target], changed: set[Path],
               memo: inputs.Memo | None) -> set[Path]:
-    """The folders of `targets` a change since `ref` can affect: those whose build inputs changed, the overlays
-    of a changed model's folder, the paths of changed Flux files. A change outside the layout's overlays, bases,
-    models and clusters folders (the layout file, say) affects everything."""
-    changed = inputs.changed_files(root, ref)
+    """The folders of `targets` that the `changed` files can affect: those whose build inputs changed, the
+    overlays of a changed model's folder, the paths of changed Flux files. A change outside the layout's overlays,
+    bases, models and clusters folders (the layout file, say) affects everything."""
     top = repo.resolved(root)
     rels = [c.relative_to(top).as_posix() for c in changed if top in c.parents]
     folders = (layout.overlays, layout.bases, layout.models, layout.clusters)
@@ -210,11 +212,12 @@ def _affected(root: Path, layout: Layout, targets: list[Target], ref: str,
                   if repo.resolved(ks.file) in inside}
     out = set()
     memo = memo or inputs.Memo()  # the render cache's: the folders its lookups read
-    done: dict[Path, bool] = {}
+    done: dict[str, bool] = {}
+    inside_names = {str(p) for p in inside}
     for target in targets:
         under = target.rel[len(layout.overlays) + 1:].split("/", 1)[0] \
             if target.rel.startswith(f"{layout.overlays}/") else None
-        if target.path in flux_paths or under in models or inputs.reaches(target.path, inside, memo, done):
+        if target.path in flux_paths or under in models or inputs.reaches(target.path, inside_names, memo, done):
             out.add(target.path)
     return out
 

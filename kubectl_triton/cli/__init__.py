@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import importlib
 import os
 import sys
+import threading
 import warnings
 
 import click
@@ -91,7 +93,30 @@ def cli(ctx: click.Context, kubeconfig: str | None, kube_context: str | None, na
 
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry and the one exit path: run the group, turn the error set into one line on stderr and
-    an exit code (0 ok, 1 findings, 2 usage, 130 interrupted); a closed stdout (`| head`) ends quietly."""
+    an exit code (0 ok, 1 findings, 2 usage, 130 interrupted); a closed stdout (`| head`) ends quietly. Run as
+    a program (no `argv`), the process then ends without tearing the interpreter down (see `_leave`)."""
+    try:
+        _run(argv)
+    except SystemExit as done:
+        if argv is None and (done.code is None or isinstance(done.code, int)):
+            _leave(done.code or 0)
+        raise
+
+
+def _leave(code: int) -> None:
+    """End the process as Python would (exit handlers run, output flushed) but skip freeing every object one by
+    one: validate holds every rendered object of the repository, and that alone took 0.08 s of a 0.8 s
+    `--changed-from` run. Only when no other thread is left (one would be waited for)."""
+    if threading.active_count() > 1:
+        return
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    os._exit(code)
+
+
+def _run(argv: list[str] | None) -> None:
     warnings.filterwarnings("ignore")  # a library's warning is never the user's business on stderr
     try:
         # Shell completion (_KUBECTL_TRITON_COMPLETE=bash_source|zsh_source|fish_source) completes the

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import hashlib
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -88,13 +91,38 @@ def parsed_since_prime() -> dict[str, Any] | None:
     return out
 
 
+_FILES: contextvars.ContextVar[dict[str, list[Any] | InputError] | None] = contextvars.ContextVar(
+    "yaml_files", default=None)
+
+
+@contextlib.contextmanager
+def files_unchanged() -> Iterator[None]:
+    """Within it, load_all_shared reads each file once (the files must not change meanwhile)."""
+    token = _FILES.set({})
+    try:
+        yield
+    finally:
+        _FILES.reset(token)
+
+
 def load_all_shared(path: Path) -> list[Any]:
     """load_all through loads_all_shared (documents shared: do not modify them)."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as err:
-        raise InputError(f"{path}: cannot read: {getattr(err, 'strerror', None) or err}") from None
-    return loads_all_shared(text, str(path))
+    name = str(path)
+    files = _FILES.get()
+    found = files.get(name) if files is not None else None
+    if found is None:
+        try:
+            text = path.read_text(encoding="utf-8")
+            found = loads_all_shared(text, name)
+        except (OSError, UnicodeDecodeError) as err:
+            found = InputError(f"{path}: cannot read: {getattr(err, 'strerror', None) or err}")
+        except InputError as err:
+            found = err
+        if files is not None:
+            files[name] = found
+    if isinstance(found, InputError):
+        raise InputError(found.message, hint=found.hint) from None
+    return found
 
 
 def load_all(path: Path) -> list[Any]:

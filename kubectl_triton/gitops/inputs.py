@@ -15,7 +15,7 @@ from typing import Any
 
 from kubectl_triton.errors import InputError
 from kubectl_triton.formats.yamlio import load_all_shared
-from kubectl_triton.gitops.repo import kustomization_file
+from kubectl_triton.gitops.model import KUSTOMIZATION_FILES
 
 _DIR_LISTS = ("resources", "bases", "components", "crds", "generators", "transformers", "validators")
 _FILE_LISTS = ("configurations",)
@@ -46,52 +46,59 @@ def _generator_files(gen: Any) -> list[str]:
 
 @dataclass
 class _Folder:
-    """What one folder contributes to a build: its files, the folders it refers to, whether all is local."""
+    """What one folder contributes to a build: its files, the folders it refers to, whether all is local (paths
+    as strings: a run handles thousands, and pathlib's objects cost more than the work)."""
 
-    files: set[Path] = field(default_factory=set)
-    folders: list[Path] = field(default_factory=list)
+    files: set[str] = field(default_factory=set)
+    folders: list[str] = field(default_factory=list)
     complete: bool = True
 
 
 @dataclass
 class Memo:
-    """What several build_inputs calls of one run (files unchanged meanwhile) share: each folder read once,
-    each path resolved once."""
+    """What the build_inputs, digest and reaches calls of one run (files unchanged meanwhile) share: each folder
+    read once, each path resolved once."""
 
-    folders: dict[Path, _Folder] = field(default_factory=dict)
-    paths: dict[Path, Path] = field(default_factory=dict)
+    folders: dict[str, _Folder] = field(default_factory=dict)
+    paths: dict[str, str] = field(default_factory=dict)
 
-    def resolve(self, path: Path) -> Path:
+    def resolve(self, path: str) -> str:
         """`path` with every symlink resolved, its parent's resolution reused (one lstat per new path)."""
-        if path not in self.paths:
-            parent = path.parent
-            if parent == path or not path.is_absolute() or path.name in ("", ".", ".."):
-                self.paths[path] = path.resolve()
+        found = self.paths.get(path)
+        if found is None:
+            parent, name = os.path.split(path)
+            if parent == path or not os.path.isabs(path) or name in ("", ".", ".."):
+                found = os.path.realpath(path)
             else:
-                here = self.resolve(parent) / path.name
-                self.paths[path] = here.resolve() if here.is_symlink() else here
-        return self.paths[path]
+                here = os.path.join(self.resolve(parent), name)
+                found = os.path.realpath(here) if os.path.islink(here) else here
+            self.paths[path] = found
+        return found
 
-    def folder(self, path: Path) -> _Folder:
+    def folder(self, path: str) -> _Folder:
         """What the (resolved) folder `path` contributes, read once."""
-        if path not in self.folders:
-            self.folders[path] = _read_folder(path, self)
-        return self.folders[path]
+        found = self.folders.get(path)
+        if found is None:
+            found = self.folders[path] = _read_folder(path)
+        return found
 
 
-def digest(directory: Path, file_digest: Callable[[Path], str], memo: Memo, done: dict[Path, str]) -> str | None:
+def digest(directory: Path, file_digest: Callable[[str], str], memo: Memo, done: dict[str, str]) -> str | None:
     """A digest of every file a build of `directory` can read, or None when they cannot all be known (a remote
     reference): each folder's digest covers its path, its own files' contents (`file_digest`) and the digests of
     the folders it refers to, so a folder shared by many builds is digested once (`done`, kept across calls)."""
-    folder = memo.resolve(directory)
+    return _digest(memo.resolve(os.fspath(directory)), file_digest, memo, done)
+
+
+def _digest(folder: str, file_digest: Callable[[str], str], memo: Memo, done: dict[str, str]) -> str | None:
     if folder in done:
         return done[folder] or None
     done[folder] = ""  # a reference cycle: kustomize refuses it, so the build fails and is never cached
     own = memo.folder(folder)
     h = hashlib.sha256(f"{folder}\0".encode())
-    for file in sorted(map(str, own.files)):
-        h.update(f"{file}\0{file_digest(Path(file))}\0".encode())
-    parts = [digest(child, file_digest, memo, done) for child in own.folders]
+    for file in sorted(own.files):
+        h.update(f"{file}\0{file_digest(file)}\0".encode())
+    parts = [_digest(memo.resolve(child), file_digest, memo, done) for child in own.folders]
     if not own.complete or any(part is None for part in parts):
         return None
     for part in parts:
@@ -100,15 +107,18 @@ def digest(directory: Path, file_digest: Callable[[Path], str], memo: Memo, done
     return done[folder]
 
 
-def reaches(directory: Path, files: set[Path], memo: Memo, done: dict[Path, bool]) -> bool:
-    """Whether a build of `directory` can read one of `files` (or reads something that cannot be known), each
-    folder looked at once across calls sharing `done`."""
-    folder = memo.resolve(directory)
+def reaches(directory: Path, files: set[str], memo: Memo, done: dict[str, bool]) -> bool:
+    """Whether a build of `directory` can read one of `files` (resolved paths, as strings) or something that
+    cannot be known, each folder looked at once across calls sharing `done`."""
+    return _reaches(memo.resolve(os.fspath(directory)), files, memo, done)
+
+
+def _reaches(folder: str, files: set[str], memo: Memo, done: dict[str, bool]) -> bool:
     if folder not in done:
         done[folder] = False  # a reference cycle adds nothing
         own = memo.folder(folder)
         done[folder] = not own.complete or not own.files.isdisjoint(files) or \
-            any(reaches(child, files, memo, done) for child in own.folders)
+            any(_reaches(memo.resolve(child), files, memo, done) for child in own.folders)
     return done[folder]
 
 
@@ -116,38 +126,43 @@ def build_inputs(directory: Path, memo: Memo | None = None) -> Inputs:
     """Every file a build of `directory` can read. Pass one `memo` to the calls of one run so that folders
     they share (a base, a GPU component) are read once."""
     out = Inputs()
-    seen: set[Path] = set()
+    files: set[str] = set()
+    seen: set[str] = set()
     memo = memo or Memo()
 
-    def visit(folder: Path) -> None:
+    def visit(folder: str) -> None:
         folder = memo.resolve(folder)
         if folder in seen:
             return
         seen.add(folder)
         own = memo.folder(folder)
-        out.files |= own.files
+        files.update(own.files)
         out.complete = out.complete and own.complete
         for child in own.folders:
             visit(child)
 
-    visit(directory)
+    visit(os.fspath(directory))
+    out.files = {Path(f) for f in files}
     return out
 
 
-def _read_folder(folder: Path, memo: Memo) -> _Folder:
+def _read_folder(folder: str) -> _Folder:
     out = _Folder()
-    if not folder.is_dir():
+    names = set()
+    try:
+        with os.scandir(folder) as entries:  # `folder` is resolved: only symlinked children need resolving
+            for entry in entries:
+                if entry.is_file():
+                    out.files.add(os.path.realpath(entry.path) if entry.is_symlink() else entry.path)
+                    names.add(entry.name)
+    except OSError:  # not a folder
         out.complete = False
         return out
-    with os.scandir(folder) as entries:  # `folder` is resolved: only symlinked children need resolving
-        for entry in entries:
-            if entry.is_file():
-                out.files.add(Path(entry.path).resolve() if entry.is_symlink() else Path(entry.path))
-    kfile = kustomization_file(folder)
-    if kfile is None:
+    kname = next((name for name in KUSTOMIZATION_FILES if name in names), None)
+    if kname is None:
         return out
     try:
-        docs = load_all_shared(kfile)
+        docs = load_all_shared(Path(folder, kname))
     except InputError:
         out.complete = False
         return out
@@ -172,38 +187,59 @@ def _read_folder(folder: Path, memo: Memo) -> _Folder:
         if _remote(ref):
             out.complete = False
             continue
-        target = folder / ref
-        if target.is_dir():  # joined lexically to the (symlink-free) folder, as kustomize does
-            out.folders.append(Path(os.path.normpath(target)))
+        target = os.path.join(folder, ref)
+        if os.path.isdir(target):  # joined lexically to the (symlink-free) folder, as kustomize does
+            out.folders.append(os.path.normpath(target))
         else:
             # kustomize joins a file's path to its (symlink-free) root lexically; a missing file is hashed as
             # missing: the build fails and is not cached
-            out.files.add(Path(os.path.normpath(target)))
+            out.files.add(os.path.normpath(target))
     return out
 
 
 def changed_files(root: Path, ref: str) -> set[Path]:
     """Files that differ between `ref` and the working tree at `root` (committed, staged, unstaged, untracked;
     deleted ones included), resolved. A ref git does not know is an InputError."""
-    commands = {"top": ["rev-parse", "--show-toplevel"],
-                "ref": ["rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"],
-                "diff": ["diff", "--name-only", "-z", ref, "--"],
-                "new": ["ls-files", "--others", "--exclude-standard", "--full-name", "-z"]}
-    try:  # the four run at once
-        procs = {name: subprocess.Popen(["git", *args], cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                        text=True) for name, args in commands.items()}
-    except FileNotFoundError:
-        raise InputError("--changed-from needs git, and git is not on PATH") from None
-    out = {name: (proc.communicate(), proc.returncode) for name, proc in procs.items()}
-    for name in commands:
-        (_stdout, stderr), code = out[name]
-        if code == 0:
-            continue
-        if name == "ref" and out["top"][1] == 0:
-            raise InputError(f"--changed-from {ref}: not a commit in this repository",
-                             hint="fetch it first (actions/checkout: fetch-depth: 0)")
-        first = next((ln for ln in stderr.splitlines() if ln.strip()), "failed")
-        raise InputError(f"--changed-from {ref}: {first.removeprefix('fatal: ')}")
-    top = Path(out["top"][0][0].strip())
-    names = out["diff"][0][0].split("\0") + out["new"][0][0].split("\0")
-    return {(top / n).resolve() for n in names if n}
+    return ChangedFiles(root, ref).result()
+
+
+class ChangedFiles:
+    """`changed_files`, started now (git runs while the caller goes on) and read with `result()`."""
+
+    def __init__(self, root: Path, ref: str) -> None:
+        self.ref = ref
+        commands = {"top": ["rev-parse", "--show-toplevel"],
+                    "ref": ["rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"],
+                    "diff": ["diff", "--name-only", "-z", ref, "--"],
+                    "new": ["ls-files", "--others", "--exclude-standard", "--full-name", "-z"]}
+        try:  # the four run at once
+            self._procs = {name: subprocess.Popen(["git", *args], cwd=root, stdout=subprocess.PIPE,
+                                                  stderr=subprocess.PIPE, text=True)
+                           for name, args in commands.items()}
+        except FileNotFoundError:
+            raise InputError("--changed-from needs git, and git is not on PATH") from None
+
+        self._out: dict[str, tuple[str, int]] = {}
+
+    def _wait(self, *names: str) -> None:
+        for name in names:
+            if name not in self._out:
+                stdout, stderr = self._procs[name].communicate()
+                self._out[name] = (stdout, self._procs[name].returncode)
+                if self._out[name][1] == 0:
+                    continue
+                if name == "ref" and self._out.get("top", ("", 0))[1] == 0:
+                    raise InputError(f"--changed-from {self.ref}: not a commit in this repository",
+                                     hint="fetch it first (actions/checkout: fetch-depth: 0)")
+                first = next((ln for ln in stderr.splitlines() if ln.strip()), "failed")
+                raise InputError(f"--changed-from {self.ref}: {first.removeprefix('fatal: ')}")
+
+    def check(self) -> None:
+        """Raise the InputError of a folder outside git or a ref that is no commit (without waiting for the diff)."""
+        self._wait("top", "ref")
+
+    def result(self) -> set[Path]:
+        self._wait("top", "ref", "diff", "new")
+        top = Path(self._out["top"][0].strip())
+        names = self._out["diff"][0].split("\0") + self._out["new"][0].split("\0")
+        return {(top / n).resolve() for n in names if n}

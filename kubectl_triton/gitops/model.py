@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 
 from kubectl_triton.compat.catalog import GPU, register
 from kubectl_triton.errors import InputError
-from kubectl_triton.formats.yamlio import load_all, load_all_shared
+from kubectl_triton.formats.yamlio import files_unchanged, load_all, load_all_shared
 from kubectl_triton.gitops.layout import LAYOUT_FILE, LAYOUT_SCHEMA, layout_validator
 
 KUSTOMIZATION_FILES = ("kustomization.yaml", "kustomization.yml", "Kustomization")
@@ -394,11 +394,12 @@ class Repository:
     @staticmethod
     @contextlib.contextmanager
     def session() -> Iterator[None]:
-        """Within it, `at` gives every caller the same Repository per root: read once for all the checks of a
-        validate run (the files must not change meanwhile)."""
+        """Within it, `at` gives every caller the same Repository per root, paths resolve once and YAML files are
+        read once: one read for all the checks of a validate run (the files must not change meanwhile)."""
         token, paths = _SESSION.set({}), _RESOLVED.set({})
         try:
-            yield
+            with files_unchanged():
+                yield
         finally:
             _SESSION.reset(token)
             _RESOLVED.reset(paths)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kubectl_triton.errors import InputError
-from kubectl_triton.formats.yamlio import loads_all_shared
+from kubectl_triton.formats.yamlio import load_all_shared
 from kubectl_triton.gitops.model import (
     KUSTOMIZATION_FILES,
     FluxKustomization,
@@ -65,17 +65,15 @@ class YamlProblem:
 
 def read_problem(root: Path, path: Path) -> YamlProblem | None:
     """Why `path` cannot be read as YAML (None when it can), with its repository-relative path and line."""
-    rel = relative(root, path)
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as err:
-        return YamlProblem(rel, None, f"cannot read: {getattr(err, 'strerror', None) or err}")
-    try:
-        loads_all_shared(text, rel)
+        load_all_shared(path)
     except InputError as err:
-        found = re.match(rf"{re.escape(rel)}:(\d+)(?::\d+)?: (.*)", err.message, re.S)
-        return YamlProblem(rel, int(found[1]), found[2]) if found else \
-            YamlProblem(rel, None, err.message.removeprefix(f"{rel}: "))
+        message = err.message.removeprefix(str(path))
+        found = re.match(r":(\d+)(?::\d+)?: (.*)", message, re.S)
+        rel = relative(root, path)
+        if found:
+            return YamlProblem(rel, int(found[1]), found[2])
+        return YamlProblem(rel, None, message.removeprefix(": "))
     return None
 
 
