@@ -147,3 +147,25 @@ def test_inputs_through_symlinked_folders_are_the_files_kustomize_reads(tmp_path
     (real / "cm.yaml").write_text("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: b\n")
     assert kustomize.RenderCache(tmp_path / "cache").key(overlay, kustomize.kustomize_command()) != first
     assert "name: b" in kustomize.build_many([overlay], kustomize.RenderCache(tmp_path / "cache"))[0].yaml
+
+
+@pytest.mark.parametrize("path,old,new", [
+    # the overlays of the model are rebuilt: the early builds are adopted
+    ("models/image-classifier/image_classifier/config.pbtxt", "max_batch_size: 32", "max_batch_size: 0"),
+    ("overlays/llama3-8b/model/deployment.yaml", "nvcr.io/nvidia/tritonserver:24.12-trtllm-python-py3\n"
+     "          startupProbe", "nvcr.io/nvidia/tritonserver:25.01-trtllm-python-py3\n          startupProbe"),
+    # a file of the model that no build reads: the early builds are dropped, the cached renders serve
+    ("models/image-classifier/NOTES.md", "", "notes\n"),
+])
+def test_a_models_overlays_built_early_give_what_a_full_run_gives(run_cli, git_copy: Path, path: str, old: str,
+                                                                  new: str):
+    """`--changed-from` starts building the overlays of a changed model before the cache lookups; whether a
+    lookup then adopts or drops such a build, the findings are a full cold run's."""
+    _errors(run_cli, str(git_copy))  # the base tree's run fills the cache
+    file = git_copy / path
+    text = file.read_text() if file.exists() else ""
+    assert old in text
+    file.write_text(text.replace(old, new, 1))
+    full = _errors(run_cli, str(git_copy), "--no-cache")
+    assert _errors(run_cli, str(git_copy), "--changed-from", "HEAD") == full
+    assert bool(full) == (path != "models/image-classifier/NOTES.md")

@@ -177,12 +177,27 @@ def build_many(paths: Iterable[Path], cache: RenderCache | None = None) -> list[
     return start_many(paths, cache).results()
 
 
+class Early:
+    """Builds started before the cache lookups, one kustomize process per folder: `validate --changed-from`
+    starts the folders a change most likely needs rebuilt. `start_many` adopts the ones its lookups miss; the
+    others are waited for and dropped."""
+
+    def __init__(self, paths: Iterable[Path]) -> None:
+        cmd = kustomize_command()
+        self.pool = ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 2))
+        self.futures = {path: self.pool.submit(build_batch, [path], cmd) for path in paths}
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True, cancel_futures=True)
+
+
 class Builds:
     """Builds under way (see `start_many`): `results()` waits for them."""
 
-    def __init__(self, paths: list[Path], cache: RenderCache | None) -> None:
+    def __init__(self, paths: list[Path], cache: RenderCache | None, early: Early | None = None) -> None:
         self.paths = paths
         self.cache = cache
+        self.early = early
         self.keys: list[str | None] = [None] * len(paths)
         self.done: dict[int, Rendered | RenderError] = {}
         self.started: list[tuple[list[int], Future[list[Rendered | RenderError]]]] = []
@@ -191,6 +206,8 @@ class Builds:
     def cancel(self) -> None:
         """Start no further build (those running finish on their own)."""
         self.pool.shutdown(wait=False, cancel_futures=True)
+        if self.early is not None:
+            self.early.pool.shutdown(wait=False, cancel_futures=True)
 
     def results(self) -> list[Rendered | RenderError]:
         """Every folder's result in the order given (waits for the builds still running)."""
@@ -200,6 +217,8 @@ class Builds:
                     self.done[i] = result
         finally:
             self.pool.shutdown(wait=True, cancel_futures=True)
+            if self.early is not None:
+                self.early.close()
         out: list[Rendered | RenderError] = []
         for i in range(len(self.paths)):
             result = self.done[i]
@@ -211,11 +230,12 @@ class Builds:
         return out
 
 
-def start_many(paths: Iterable[Path], cache: RenderCache | None = None) -> Builds:
+def start_many(paths: Iterable[Path], cache: RenderCache | None = None, early: Early | None = None) -> Builds:
     """Look every folder up in `cache` and start building the others (as `build_many` does) without waiting
-    for them: the caller goes on while kustomize runs, then asks `results()`."""
+    for them: the caller goes on while kustomize runs, then asks `results()`. A folder `early` builds already
+    is not built again."""
     cmd = kustomize_command()
-    builds = Builds(list(paths), cache)
+    builds = Builds(list(paths), cache, early)
     paths, results, keys = builds.paths, builds.done, builds.keys
 
     def lookup(i: int) -> None:
@@ -232,13 +252,19 @@ def start_many(paths: Iterable[Path], cache: RenderCache | None = None) -> Build
     def start(group: list[int]) -> None:
         builds.started.append((group, builds.pool.submit(build_batch, [paths[i] for i in group], cmd)))
 
+    def adopt(i: int) -> bool:
+        future = early.futures.pop(paths[i], None) if early is not None else None
+        if future is not None:
+            builds.started.append(([i], future))
+        return future is not None
+
     try:
         for i in range(len(paths)):  # in this thread: the lookups are CPU-bound Python, threads only add contention
             lookup(i)
-            if i not in results and not builds.started:
+            if i not in results and not adopt(i) and not builds.started:
                 start([i])  # the first folder to build starts now, while the others are looked up
-        first = builds.started[0][0] if builds.started else []
-        todo = [i for i in range(len(paths)) if i not in results and i not in first]
+        begun = {i for group, _ in builds.started for i in group}
+        todo = [i for i in range(len(paths)) if i not in results and i not in begun]
         batched = [i for i in todo if batchable(paths[i], cache)]
         cpus = os.cpu_count() or 2
         for group in _groups(batched, paths, max(cpus, -(-len(batched) // BATCH_SIZE))):
