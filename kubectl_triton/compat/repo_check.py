@@ -255,6 +255,16 @@ def check_metadata(meta: Any, path: Path) -> None:
             raise InputError(f"{path}: engine.{key} must be a positive integer, got {value!r}")
 
 
+def _model_name(directory: Path) -> str:
+    """The name model.yaml gives the model (else its folder's); a malformed file raises InputError."""
+    if not (directory / "model.yaml").is_file():
+        return directory.name
+    docs = load_all_shared(directory / "model.yaml")
+    meta = docs[0] if docs else {}
+    check_metadata(meta, directory / "model.yaml")
+    return str(meta.get("name") or directory.name)
+
+
 def load_model(root: Path, directory: Path) -> ModelInfo:
     """Read models/<name>/: model.yaml, engines/<gpu>/ metadata, the tensorrt_llm config.pbtxt."""
     meta: dict[str, Any] = {}
@@ -289,15 +299,18 @@ def load_model(root: Path, directory: Path) -> ModelInfo:
                      meta=meta, engines=engines, config_path=config_path, limits=limits)
 
 
-def load_models(root: Path, *, skip_invalid: bool = False) -> dict[str, ModelInfo]:
-    """TensorRT-LLM models of the repo (backend tensorrtllm, or with recorded engines), by name. A malformed
-    model.yaml raises InputError, or (`skip_invalid`, validate reports it itself) leaves that model out."""
+def load_models(root: Path, *, skip_invalid: bool = False, names: set[str] | None = None) -> dict[str, ModelInfo]:
+    """TensorRT-LLM models of the repo (backend tensorrtllm, or with recorded engines), by name (only those of
+    `names`, when given). A malformed model.yaml raises InputError, or (`skip_invalid`, validate reports it
+    itself) leaves that model out."""
     out: dict[str, ModelInfo] = {}
     top = root / Repository.at(root, tolerant=skip_invalid).layout.models
     if not top.is_dir():
         return out
     for directory in sorted(p for p in top.iterdir() if p.is_dir()):
         try:
+            if names is not None and _model_name(directory) not in names:
+                continue
             info = load_model(root, directory)
         except InputError:
             if skip_invalid:
@@ -327,14 +340,21 @@ def matrix(root: Path, *, model: str | None = None, gpu: str | None = None,
            ) -> tuple[list[Result], list[RenderError]]:
     """Every (TensorRT-LLM model x GPU overlay) verdict; with `gpu`, also a hypothetical one for
     models that have no overlay on it (GPU count = tp x pp, image from model.yaml)."""
-    models = load_models(root, skip_invalid=skip_invalid)
-    if model is not None and model not in models:
+    # Without a GPU to place every model on, only the models the overlays deploy have verdicts: validate
+    # (skip_invalid) reads only those. The compat command reads every model first (a malformed one is an error).
+    placed_only = skip_invalid and not gpu
+    models = {} if placed_only else load_models(root, skip_invalid=skip_invalid)
+    if model is not None and model not in models and not placed_only:
         raise InputError(f"{model}: no TensorRT-LLM model of that name under {root / 'models'}")
     want_gpu = resolve(gpu) if gpu else None
     if gpu and want_gpu is None:
         raise InputError(f"{gpu}: not a GPU catalog key, GFD product label or nvidia-smi name",
                          hint="known keys: " + ", ".join(gpus()))
     found, failures = render_placements(root, rendered)
+    if placed_only:
+        models = load_models(root, skip_invalid=True, names={p.model for p in found} | ({model} if model else set()))
+        if model is not None and model not in models:
+            raise InputError(f"{model}: no TensorRT-LLM model of that name under {root / 'models'}")
     results = []
     covered: set[str] = set()
     for p in found:

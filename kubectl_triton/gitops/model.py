@@ -536,8 +536,10 @@ def _kind(kfile: Path, tolerant: bool = False) -> str:
 def _files(top: Path, pattern: str) -> list[Path]:
     """sorted(top.rglob(pattern)) in one walk: files below `top` whose name matches, symlinked folders not
     descended into (as rglob before Python 3.13)."""
-    return sorted(Path(folder, name) for folder, _dirs, names in os.walk(top) for name in names
-                  if fnmatch.fnmatchcase(name, pattern) and os.path.exists(os.path.join(folder, name)))
+    found = [os.path.join(folder, name) for folder, _dirs, names in os.walk(top) for name in names
+             if fnmatch.fnmatchcase(name, pattern)]
+    # sorted as Paths sort (by component), without making a Path of each first
+    return [Path(f) for f in sorted(found, key=lambda f: f.split(os.sep)) if os.path.exists(f)]
 
 
 def _kustomizations(top: Path, tolerant: bool = False) -> Iterator[tuple[Path, str]]:
