@@ -18,7 +18,7 @@ def load(name: str) -> dict[str, Any]:
         import yaml
     except ImportError:  # GPU machines may lack PyYAML: the catalog is kept in a plain subset
         return parse_plain_yaml(text)
-    return yaml.safe_load(text)
+    return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # noqa: S506 (a safe loader)
 
 
 _INT = re.compile(r"^[-+]?\d+$")

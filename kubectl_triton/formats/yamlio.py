@@ -17,6 +17,12 @@ from kubectl_triton.errors import InputError
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
+def load_data(text: str, source: str = "<data>") -> Any:
+    """The first document of a YAML text (None when it has none): for the package's own data files."""
+    docs = loads_all(text, source)
+    return docs[0] if docs else None
+
+
 def loads_all(text: str, source: str = "<string>") -> list[Any]:
     """All documents of a YAML stream, empty documents dropped."""
     try:

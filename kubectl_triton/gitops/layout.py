@@ -117,8 +117,9 @@ def read_cluster_provides(root: Path) -> ClusterProvides:
         return ClusterProvides()
     try:
         text = path.read_text(encoding="utf-8")
-        node = yaml.compose(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
-        doc = yaml.safe_load(text)
+        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+        node = yaml.compose(text, Loader=loader)
+        doc = yaml.load(text, Loader=loader)  # noqa: S506 (a safe loader)
     except (OSError, UnicodeDecodeError) as err:
         raise LayoutError(LAYOUT_FILE, None, f"cannot read: {getattr(err, 'strerror', None) or err}") from None
     except yaml.YAMLError as err:

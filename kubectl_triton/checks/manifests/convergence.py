@@ -22,6 +22,7 @@ from typing import Any
 from kubectl_triton.checks.findings import Finding
 from kubectl_triton.checks.registry import Severity, register
 from kubectl_triton.datafiles import data_text
+from kubectl_triton.formats import yamlio
 from kubectl_triton.formats.schemas import object_id
 from kubectl_triton.gitops import repo
 from kubectl_triton.gitops.layout import ClusterProvides
@@ -89,9 +90,7 @@ WORKLOADS = ("Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job", "Cro
 
 @cache
 def _data() -> dict[str, Any]:
-    import yaml
-
-    return yaml.safe_load(data_text("chart_crds.yaml"))
+    return yamlio.load_data(data_text("chart_crds.yaml"), "chart_crds.yaml")
 
 
 def chart_groups(chart: str) -> tuple[str, ...] | None:
@@ -510,13 +509,26 @@ def _reference_findings(ks: Applied, objects: list[dict], cluster: _Cluster,
                     path=ks.path, object=object_id(obj))
         elif kind == "PodDisruptionBudget":
             selector = _spec(obj).get("selector")
-            if not any(selector_matches(selector, labels) for _, labels in cluster.pod_labels[ns]):
+            if not _selects_pods(selector, cluster, ns):
                 yield PDB_SELECTS_NOTHING.finding(
                     f"selector {_fmt_labels((selector or {}).get('matchLabels') or {})} matches no pod template "
                     f"in namespace {ns}", path=ks.path, object=object_id(obj))
         elif kind == "ServiceMonitor":
             yield from _service_monitor(ks, obj, cluster)
         # HTTPRoute backends (Service and port, in the clusters that apply the route): checks/manifests/routes.py
+
+
+def _selects_pods(selector: Any, cluster: _Cluster, ns: str | None) -> bool:
+    """Whether a LabelSelector matches a pod template of namespace `ns`, looked up through one of its
+    matchLabels rather than against every template."""
+    match = selector.get("matchLabels") if isinstance(selector, dict) else None
+    if isinstance(match, dict) and match:
+        key, value = next(iter(match.items()))
+        candidates = [labels for kind in cluster.pod_kinds[ns]
+                      for labels in cluster.pods_by_label.get((ns, kind, str(key), str(value)), [])]
+    else:
+        candidates = [labels for _, labels in cluster.pod_labels[ns]]
+    return any(selector_matches(selector, labels) for labels in candidates)
 
 
 def _selects_a_pod(selector: dict, cluster: _Cluster, ns: str | None) -> bool:

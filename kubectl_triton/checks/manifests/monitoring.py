@@ -15,6 +15,7 @@ from typing import Any
 
 from kubectl_triton.checks.findings import Finding
 from kubectl_triton.checks.registry import register
+from kubectl_triton.formats import yamlio
 from kubectl_triton.formats.schemas import object_id
 from kubectl_triton.gitops.model import LAYOUT_FILE, Layout
 
@@ -44,9 +45,8 @@ _LABEL_VALUES = re.compile(r"label_values\(\s*([a-zA-Z_:][\w:]*)")
 @cache
 def catalog() -> dict[str, dict[str, dict[str, Any]]]:
     """exporter -> metric name -> {type, cpu?, help}."""
-    import yaml
-
-    return yaml.safe_load((resources.files("kubectl_triton") / "data" / "metrics.yaml").read_text("utf-8"))
+    text = (resources.files("kubectl_triton") / "data" / "metrics.yaml").read_text("utf-8")
+    return yamlio.load_data(text, "metrics.yaml")
 
 
 def known_names(exporters: tuple[str, ...] | None = None) -> set[str]:

@@ -9,6 +9,7 @@ from typing import Any
 
 from kubectl_triton.checks.registry import Check, Severity, register
 from kubectl_triton.datafiles import data_text
+from kubectl_triton.formats import yamlio
 from kubectl_triton.formats.pbtxt import schema
 
 WILDCARD = -1
@@ -131,9 +132,7 @@ class ModelFolder:
 @cache
 def table() -> dict[str, Any]:
     """kubectl_triton/data/model_config.yaml."""
-    import yaml
-
-    return yaml.safe_load(data_text("model_config.yaml"))
+    return yamlio.load_data(data_text("model_config.yaml"), "model_config.yaml")
 
 
 def pb_schema() -> Any:

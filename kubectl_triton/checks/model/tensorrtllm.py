@@ -21,6 +21,7 @@ from kubectl_triton.checks.model.base import (
     TRTLLM_TEXT_INPUT,
     Issue,
 )
+from kubectl_triton.formats import yamlio
 
 PLACEHOLDER = re.compile(r"\$\{[^}]*\}")
 _BOOLS = {"true", "false", "1", "0", "yes", "no", "on", "off"}
@@ -30,10 +31,8 @@ _TRUE = {"true", "1", "yes", "on"}
 @cache
 def catalog() -> dict[str, Any]:
     """kubectl_triton/data/tensorrtllm.yaml."""
-    import yaml
-
     path = Path(__file__).resolve().parents[2] / "data" / "tensorrtllm.yaml"
-    return yaml.safe_load(path.read_text(encoding="utf-8"))
+    return yamlio.load_data(path.read_text(encoding="utf-8"), str(path))
 
 
 def streaming_inputs() -> list[str]:
