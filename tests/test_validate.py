@@ -195,3 +195,13 @@ def test_config_map_keys_cannot_escape_the_repository():
 
     with pytest.raises(InputError):
         assembly.key_to_path("..__..__etc__passwd")
+
+
+@pytest.mark.parametrize("version,supported", [("1.32", True), ("1.32.0", True), ("v1.30", True), ("1.25", True),
+                                               ("1.24", False), ("1.9", False), ("0.9", False), ("1.99", False),
+                                               ("latest", False), ("", False)])
+def test_kubernetes_versions_with_bundled_schemas(version, supported):
+    """Versions compare as numbers (1.9 is older than 1.25), read from kubernetes-validate's schema folders."""
+    from kubectl_triton.formats import schemas
+
+    assert schemas.supported_version(version) is supported

@@ -203,6 +203,14 @@ class Builds:
         self.started: list[tuple[list[int], Future[list[Rendered | RenderError]]]] = []
         self.pool = ThreadPoolExecutor(max_workers=max(1, (os.cpu_count() or 2) * 2))
 
+    def running(self) -> bool:
+        """Whether a build is still under way."""
+        return any(not future.done() for _, future in self.started)
+
+    def cached(self) -> list[Rendered]:
+        """The renders the cache gave (the others are being built)."""
+        return [r for r in self.done.values() if isinstance(r, Rendered)]
+
     def cancel(self) -> None:
         """Start no further build (those running finish on their own)."""
         self.pool.shutdown(wait=False, cancel_futures=True)

@@ -153,6 +153,7 @@ def _validate(root: Path, options: Options, progress: Callable[[str], None] | No
         # Per-folder checks run where the change can reach; cluster-wide checks always see every folder.
         affected = None if changes is None else \
             _affected(root, layout, targets, changes.result(), cache.memo if cache is not None else None)
+        _warm_schemas(builds, options.kubernetes_version)
     except BaseException:
         builds.cancel()
         raise
@@ -201,6 +202,19 @@ def _validate(root: Path, options: Options, progress: Callable[[str], None] | No
     if cache is not None:
         cache.save_parsed(root)
     return _dedupe(findings)
+
+
+def _warm_schemas(builds: kustomize.Builds, version: str) -> None:
+    """While kustomize still builds, validate one object of each kind the cached renders hold (results
+    dropped): the schema validators the per-folder checks need are built in that wait, not after it."""
+    seen: set[tuple[Any, Any]] = set()
+    for rendered in builds.cached():
+        for obj in rendered.docs or []:
+            if not builds.running():
+                return
+            if isinstance(obj, dict) and (kind := (obj.get("apiVersion"), obj.get("kind"))) not in seen:
+                seen.add(kind)
+                schemas.validate_object(obj, version)
 
 
 def _early_builds(root: Path, layout: Layout, changes: inputs.ChangedFiles) -> kustomize.Early | None:

@@ -7,7 +7,10 @@ data/crds/<group>/<kind>_<version>.json."""
 
 from __future__ import annotations
 
+import contextlib
+import importlib.util
 import json
+import os
 import re
 from dataclasses import dataclass
 from functools import cache
@@ -86,12 +89,26 @@ def _definitions(schema_dir: str, version: str) -> Any:
 
 
 def supported_version(version: str) -> bool:
-    import kubernetes_validate.utils as kv
+    """Whether kubernetes-validate bundles schemas for Kubernetes `version` (major.minor compared as numbers),
+    told from its schema folders without importing it (that import is left to the first validation)."""
+    wanted = _major_minor(version)
+    bundled = _bundled_versions()
+    return wanted is not None and bool(bundled) and min(bundled) <= wanted <= max(bundled)
 
-    try:
-        return kv.major_minor(kv.all_versions()[0]) <= kv.major_minor(version) <= kv.latest_version()
-    except (ValueError, IndexError, TypeError):
-        return False
+
+def _major_minor(version: str) -> tuple[int, int] | None:
+    found = re.match(r"^v?(\d+)\.(\d+)(?:$|\.)", version)
+    return (int(found[1]), int(found[2])) if found else None
+
+
+@cache
+def _bundled_versions() -> list[tuple[int, int]]:
+    spec = importlib.util.find_spec("kubernetes_validate")
+    for location in (spec.submodule_search_locations or []) if spec is not None else []:
+        with contextlib.suppress(OSError):
+            names = os.listdir(os.path.join(location, "kubernetes-json-schema"))
+            return sorted({v for n in names if (v := _major_minor(n.split("-", 1)[0])) is not None})
+    return []
 
 
 def validate_object(obj: Any, kubernetes_version: str = DEFAULT_KUBERNETES_VERSION) -> list[SchemaIssue]:

@@ -15,7 +15,7 @@ from typing import Any
 
 from kubectl_triton.errors import InputError
 from kubectl_triton.formats.yamlio import load_all_shared
-from kubectl_triton.gitops.model import KUSTOMIZATION_FILES
+from kubectl_triton.gitops.model import KUSTOMIZATION_FILES, listing
 
 _DIR_LISTS = ("resources", "bases", "components", "crds", "generators", "transformers", "validators")
 _FILE_LISTS = ("configurations",)
@@ -148,17 +148,15 @@ def build_inputs(directory: Path, memo: Memo | None = None) -> Inputs:
 
 def _read_folder(folder: str) -> _Folder:
     out = _Folder()
-    names = set()
     try:
-        with os.scandir(folder) as entries:  # `folder` is resolved: only symlinked children need resolving
-            for entry in entries:
-                if entry.is_file():
-                    out.files.add(os.path.realpath(entry.path) if entry.is_symlink() else entry.path)
-                    names.add(entry.name)
+        entries = listing(folder)
     except OSError:  # not a folder
         out.complete = False
         return out
-    kname = next((name for name in KUSTOMIZATION_FILES if name in names), None)
+    for name in entries.files:  # `folder` is resolved: only symlinked files need resolving
+        path = os.path.join(folder, name)
+        out.files.add(os.path.realpath(path) if name in entries.links else path)
+    kname = next((name for name in KUSTOMIZATION_FILES if name in entries.files), None)
     if kname is None:
         return out
     try:

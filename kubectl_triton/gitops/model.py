@@ -356,6 +356,59 @@ _SESSION: contextvars.ContextVar[dict[tuple[Path, bool], Repository] | None] = c
 _RESOLVED: contextvars.ContextVar[dict[Path, Path] | None] = contextvars.ContextVar("resolved_paths", default=None)
 
 
+@dataclass(frozen=True)
+class Listing:
+    """One folder's entries: sub-folders (symlinked ones apart), files (what os.walk calls non-directories) and,
+    of those, the regular files and symlinks to them."""
+
+    folders: tuple[str, ...]
+    linked_folders: tuple[str, ...]
+    others: tuple[str, ...]
+    files: frozenset[str]
+    links: frozenset[str]
+
+
+_LISTINGS: contextvars.ContextVar[dict[str, Listing] | None] = contextvars.ContextVar("listings", default=None)
+
+
+def listing(folder: str) -> Listing:
+    """The entries of `folder` (os.scandir; OSError when it is no folder), listed once per Repository.session."""
+    memo = _LISTINGS.get()
+    found = memo.get(folder) if memo is not None else None
+    if found is None:
+        folders: list[str] = []
+        linked: list[str] = []
+        others: list[str] = []
+        files: set[str] = set()
+        links: set[str] = set()
+        with os.scandir(folder) as entries:
+            for entry in entries:
+                if entry.is_dir():
+                    (linked if entry.is_symlink() else folders).append(entry.name)
+                    continue
+                others.append(entry.name)
+                if entry.is_file():
+                    files.add(entry.name)
+                if entry.is_symlink():
+                    links.add(entry.name)
+        found = Listing(tuple(folders), tuple(linked), tuple(others), frozenset(files), frozenset(links))
+        if memo is not None:
+            memo[folder] = found
+    return found
+
+
+def walk(top: str) -> Iterator[tuple[str, Listing]]:
+    """Every folder below `top` (itself included) with its listing, as os.walk goes: symlinked folders are not
+    descended into, unreadable ones are left out."""
+    try:
+        here = listing(top)
+    except OSError:
+        return
+    yield top, here
+    for name in here.folders:
+        yield from walk(os.path.join(top, name))
+
+
 def resolved(path: Path) -> Path:
     """`path.resolve()`, resolved once per path within a Repository.session (the files must not change)."""
     memo = _RESOLVED.get()
@@ -396,13 +449,14 @@ class Repository:
     def session() -> Iterator[None]:
         """Within it, `at` gives every caller the same Repository per root, paths resolve once and YAML files are
         read once: one read for all the checks of a validate run (the files must not change meanwhile)."""
-        token, paths = _SESSION.set({}), _RESOLVED.set({})
+        token, paths, listings = _SESSION.set({}), _RESOLVED.set({}), _LISTINGS.set({})
         try:
             with files_unchanged():
                 yield
         finally:
             _SESSION.reset(token)
             _RESOLVED.reset(paths)
+            _LISTINGS.reset(listings)
 
     @classmethod
     def find(cls, start: Path | None = None, *, tolerant: bool = False) -> Repository:
@@ -536,7 +590,7 @@ def _kind(kfile: Path, tolerant: bool = False) -> str:
 def _files(top: Path, pattern: str) -> list[Path]:
     """sorted(top.rglob(pattern)) in one walk: files below `top` whose name matches, symlinked folders not
     descended into (as rglob before Python 3.13)."""
-    found = [os.path.join(folder, name) for folder, _dirs, names in os.walk(top) for name in names
+    found = [os.path.join(folder, name) for folder, entries in walk(str(top)) for name in entries.others
              if fnmatch.fnmatchcase(name, pattern)]
     # sorted as Paths sort (by component), without making a Path of each first
     return [Path(f) for f in sorted(found, key=lambda f: f.split(os.sep)) if os.path.exists(f)]

@@ -18,6 +18,7 @@ from kubectl_triton.gitops.model import (
     kustomization_file,
     relative,
     resolved,
+    walk,
 )
 
 __all__ = ["FluxKustomization", "YamlProblem", "clusters", "components", "find_root", "flux_kustomizations",
@@ -84,11 +85,12 @@ def yaml_problems(root: Path) -> list[YamlProblem]:
     files: set[str] = set()
     for top in (layout.overlays, layout.bases, layout.clusters):
         flux_files = top == layout.clusters
-        # like Path.rglob before Python 3.13: symlinked folders are not descended into
-        for folder, _dirs, names in os.walk(root / top):
-            files.update(os.path.join(folder, name) for name in names
+        for folder, entries in walk(str(root / top)):
+            files.update(os.path.join(folder, name) for name in entries.others
                          if name in KUSTOMIZATION_FILES or (flux_files and fnmatch.fnmatchcase(name, "*.y*ml")))
     models = root / layout.models
     if models.is_dir():
         files.update(str(p) for p in models.glob("*/model.yaml"))
-    return [p for f in sorted(map(Path, files)) if os.path.isfile(f) and (p := read_problem(root, f)) is not None]
+    # in the order of Paths (by component)
+    return [p for f in sorted(files, key=lambda f: f.split(os.sep))
+            if os.path.isfile(f) and (p := read_problem(root, Path(f))) is not None]
