@@ -571,7 +571,9 @@ def m_batch_input_unknown_source(ctx: dict[str, Any]) -> bool:
 
 def m_shape_tensor_float(ctx: dict[str, Any]) -> bool:
     c = _cfg(ctx)
-    if not c.input or c.platform == "ensemble":
+    # Triton's core refuses a shape tensor on any platform but TensorRT's; on a TensorRT model only the engine
+    # can say (its backend checks the type), and the shadow has none
+    if not c.input or c.platform in ("ensemble", "tensorrt_plan") or c.backend == "tensorrt":
         return False
     c.input[0].is_shape_tensor = True
     c.input[0].data_type = pbtxt.schema().TYPE_FP32

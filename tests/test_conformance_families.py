@@ -62,7 +62,13 @@ def triton_verdicts(install, repo: Path, strict: bool) -> dict[str, str | None]:
     """Model folder -> Triton's failure message (None: READY), from one real server. A model whose failure
     crashes the server (tritonserver 2.51 does that now and then for a warmup batch above max_batch_size: it
     logs "failed to load 'M' ..." and dies of SIGSEGV) is refused with that logged message."""
-    from kubectl_triton.adapters.tritonserver import TritonServer, TritonServerError, failed_models, model_states
+    from kubectl_triton.adapters.tritonserver import (
+        TritonServer,
+        TritonServerError,
+        failed_models,
+        log_error_for,
+        model_states,
+    )
 
     names = {p.name for p in repo.iterdir() if p.is_dir()}
     for _ in range(3):
@@ -71,6 +77,7 @@ def triton_verdicts(install, repo: Path, strict: bool) -> dict[str, str | None]:
             server.start(timeout=120)
             states = model_states(server)
             failures = failed_models(server)
+            log = server.log
             break
         except TritonServerError as err:
             crashed = re.search(r"failed to load '([^']+)' version \d+: (.*)", err.message)
@@ -84,9 +91,11 @@ def triton_verdicts(install, repo: Path, strict: bool) -> dict[str, str | None]:
     for name in names:
         if name in failures:
             out[name] = failures[name]
-        else:
-            assert states.get(name, ("",))[0] == "READY", (name, states.get(name))
+        elif name in states:
+            assert states[name][0] == "READY", (name, states[name])
             out[name] = None
+        else:  # refused before it entered the index (a version policy that selects no version folder)
+            out[name] = log_error_for(log, name) or "not in the repository index"
     return out
 
 

@@ -181,3 +181,37 @@ def test_two_outputs_of_one_name_with_label_files(install, tmp_path: Path) -> No
     assert {n for n, m in verdicts.items() if m is not None} == {"both_labeled"}
     (found,) = [f for f in check_repository(repo) if f.model == "both_labeled"]
     assert (found.code, found.line) == ("ModelIO", 4)
+
+
+def test_an_output_declared_twice_and_mapped_by_an_ensemble_is_refused(install, tmp_path: Path) -> None:
+    """Triton loads a model that declares an output name twice, but refuses an ensemble whose step maps that
+    output ("multiple outputs in model M are mapped to the same ensemble tensor T"); the static checks agree."""
+    from kubectl_triton.checks.model.modelrepo import check_repository
+
+    twice = CPU + ('input [{name: "X" data_type: TYPE_FP32 dims: [2]}]\n'
+                   'output [{name: "Y" data_type: TYPE_FP32 dims: [1]}, {name: "Y" data_type: TYPE_FP32 dims: [1]}]\n')
+    repo = write_repo(tmp_path / "repo", {
+        "twice": model(twice),
+        "e_twice": model(ENSEMBLE.format(name="e_twice", step="twice")),
+        "once": model(CPU + IO),
+        "e_once": model(ENSEMBLE.format(name="e_once", step="once")),
+    })
+    for strict in (False, True):
+        verdicts = assert_agree(install, repo, strict=strict)
+        assert {n for n, m in verdicts.items() if m is not None} == {"e_twice"}
+        assert "mapped to the same ensemble tensor OUT" in str(verdicts["e_twice"])
+    (found,) = [f for f in check_repository(repo) if f.severity == "error"]
+    assert (found.model, found.code) == ("e_twice", "EnsembleGraph")
+
+
+def test_an_ensemble_whose_version_policy_selects_no_version_folder_is_refused(install, tmp_path: Path) -> None:
+    """An ensemble needs a version folder its version_policy selects, as every model does."""
+    policy = 'version_policy: {specific: {versions: [7]}}\n'
+    repo = write_repo(tmp_path / "repo", {
+        "step": model(CPU + IO),
+        "e_seven": model(ENSEMBLE.format(name="e_seven", step="step") + policy),
+        "e_latest": model(ENSEMBLE.format(name="e_latest", step="step")),
+    })
+    verdicts = assert_agree(install, repo, strict=False)
+    assert {n for n, m in verdicts.items() if m is not None} == {"e_seven"}
+    assert "at least one version must be available under the version policy" in str(verdicts["e_seven"])

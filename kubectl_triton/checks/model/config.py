@@ -612,8 +612,9 @@ def check_state(config: Any, folder: ModelFolder) -> Iterator[Issue]:
 
 
 def check_versions(config: Any, folder: ModelFolder) -> Iterator[Issue]:
-    """At least one version folder is selected by the version policy (only when versions exist)."""
-    if not folder.versions or is_ensemble(config):
+    """At least one version folder is selected by the version policy (only when versions exist; ensembles
+    too)."""
+    if not folder.versions:
         return
     if not selected_versions(config, folder.versions):
         yield Issue(VERSION_POLICY,

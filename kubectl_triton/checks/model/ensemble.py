@@ -219,12 +219,17 @@ def _map_step(ensemble: str, index: int, step: Any, model: Any,
             return
     sibling = _Tensor(step_name)
     for key, tensor in step.output_map.items():
-        io = outputs[key]
-        issue = _merge(tensors, tensor, _tensor(step_name, batching, io.data_type, io.dims), ensemble, obj)
-        if issue:
-            yield issue
-            return
+        declared = [io for io in model.output if io.name == key]  # a name declared twice maps twice
+        for io in declared:
+            issue = _merge(tensors, tensor, _tensor(step_name, batching, io.data_type, io.dims), ensemble, obj)
+            if issue:
+                yield issue
+                return
         tensors[tensor].sibling = sibling
+        if len(declared) > 1:
+            yield Issue(ENSEMBLE, f"in ensemble {ensemble}, multiple outputs in model {step_name} are mapped to "
+                        f"the same ensemble tensor {tensor}", obj, f'"{key}"')
+            return
 
 
 def _merge(tensors: dict[str, _Tensor], tensor: str, node: _Tensor, ensemble: str, obj: Any) -> Issue | None:
