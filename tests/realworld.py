@@ -441,13 +441,18 @@ def m_version_missing(ctx: dict[str, Any]) -> bool:
     return True
 
 
-def m_priority_default_above(ctx: dict[str, Any]) -> bool:
+def _priorities(ctx: dict[str, Any], levels: int, default: int) -> bool:
+    """Dynamic batching with `levels` priority levels and `default` as the default one (batching models only)."""
     c = _cfg(ctx)
     if c.max_batch_size <= 0 or c.platform == "ensemble" or c.HasField("sequence_batching"):
         return False
-    c.dynamic_batching.priority_levels = 2
-    c.dynamic_batching.default_priority_level = 3
+    c.dynamic_batching.priority_levels = levels
+    c.dynamic_batching.default_priority_level = default
     return True
+
+
+def m_priority_default_above(ctx: dict[str, Any]) -> bool:
+    return _priorities(ctx, 2, 3)
 
 
 def m_step_missing_model(ctx: dict[str, Any]) -> bool:
@@ -581,12 +586,7 @@ def m_shape_tensor_float(ctx: dict[str, Any]) -> bool:
 
 
 def m_default_priority_without_levels(ctx: dict[str, Any]) -> bool:
-    c = _cfg(ctx)
-    if c.max_batch_size <= 0 or c.platform == "ensemble" or c.HasField("sequence_batching"):
-        return False
-    c.dynamic_batching.priority_levels = 0
-    c.dynamic_batching.default_priority_level = 1
-    return True
+    return _priorities(ctx, 0, 1)
 
 
 def m_kind_model(ctx: dict[str, Any]) -> bool:

@@ -4,7 +4,6 @@ The checks themselves are pure (checks/*, schemas, compat); this module only gat
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
@@ -222,35 +221,26 @@ def _early_builds(root: Path, layout: Layout, changes: inputs.ChangedFiles) -> k
     whose files (models/<model>/) or overlay folder (overlays/<model>/) changed, when there are no more than
     CPUs. The cache lookups adopt those they miss (kustomize.start_many), so the slowest part of a one-model
     change runs while the repository is read."""
-    top = repo.resolved(root)
-    models: set[str] = set()
-    for path in changes.result():
-        if top not in path.parents:
-            continue
-        rel = path.relative_to(top).as_posix()
-        for folder in (layout.models, layout.overlays):
-            name = rel[len(folder) + 1:].split("/", 1)[0] if rel.startswith(f"{folder}/") else ""
-            if name and "/" in rel[len(folder) + 1:]:
-                models.add(name)
-    folders = []
-    for model in sorted(models):
-        base = root / layout.overlays / model
-        with contextlib.suppress(OSError):
-            for entry in sorted(os.scandir(base), key=lambda e: e.name):
-                kfile = repo.kustomization_file(Path(entry.path)) if entry.is_dir() else None
-                docs = _quiet_load(kfile) if kfile is not None else []
-                if docs and isinstance(docs[0], dict) and docs[0].get("kind", "Kustomization") == "Kustomization":
-                    folders.append(repo.resolved(Path(entry.path)))
+    rels = _relative(root, changes.result())
+    repository = Repository.at(root, tolerant=True)
+    folders = [repo.resolved(o.path) for model in sorted(_models_in(layout.models, rels) |
+                                                        _models_in(layout.overlays, rels))
+               for o in repository.model_overlays(model)]
     if not folders or len(folders) > (os.cpu_count() or 2):
         return None
     return kustomize.Early(folders)
 
 
-def _quiet_load(path: Path) -> list[Any]:
-    try:
-        return yamlio.load_all_shared(path)
-    except TritonCtlError:
-        return []
+def _relative(root: Path, changed: set[Path]) -> list[str]:
+    """The changed files inside the repository, relative to it."""
+    top = repo.resolved(root)
+    return [c.relative_to(top).as_posix() for c in changed if top in c.parents]
+
+
+def _models_in(folder: str, rels: list[str]) -> set[str]:
+    """Names of the sub-folders of `folder` (the layout's models or overlays folder) that `rels` change files in."""
+    return {rel[len(folder) + 1:].split("/", 1)[0] for rel in rels
+            if rel.startswith(f"{folder}/") and "/" in rel[len(folder) + 1:]}
 
 
 def _affected(root: Path, layout: Layout, targets: list[Target], changed: set[Path],
@@ -258,14 +248,12 @@ def _affected(root: Path, layout: Layout, targets: list[Target], changed: set[Pa
     """The folders of `targets` that the `changed` files can affect: those whose build inputs changed, the
     overlays of a changed model's folder, the paths of changed Flux files. A change outside the layout's overlays,
     bases, models and clusters folders (the layout file, say) affects everything."""
-    top = repo.resolved(root)
-    rels = [c.relative_to(top).as_posix() for c in changed if top in c.parents]
+    rels = _relative(root, changed)
     folders = (layout.overlays, layout.bases, layout.models, layout.clusters)
     if any(not any(rel.startswith(f"{folder}/") for folder in folders) for rel in rels):
         return {t.path for t in targets}
-    inside = {top / rel for rel in rels}
-    models = {rel[len(layout.models) + 1:].split("/", 1)[0] for rel in rels
-              if rel.startswith(f"{layout.models}/") and rel.count("/") > layout.models.count("/") + 1}
+    inside = {repo.resolved(root) / rel for rel in rels}
+    models = _models_in(layout.models, rels)
     flux_paths = {repo.resolved(root / ks.path) for ks in repo.flux_kustomizations(root, tolerant=True)
                   if repo.resolved(ks.file) in inside}
     out = set()

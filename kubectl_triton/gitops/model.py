@@ -13,7 +13,7 @@ import functools
 import hashlib
 import os
 import posixpath
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -487,9 +487,19 @@ class Repository:
     @cached_property
     def overlays(self) -> list[Overlay]:
         """Every buildable kustomization under the overlays folder (Components excluded), sorted by path."""
+        return self._overlays(self._kustomizations)
+
+    def model_overlays(self, model: str) -> list[Overlay]:
+        """The overlays of one model (`<overlays>/<model>/…`), reading only that folder when the whole overlays
+        folder has not been read yet."""
+        if "overlays" in self.__dict__:
+            return [o for o in self.overlays if o.model == model]
+        return self._overlays(_kustomizations(self.root / self.layout.overlays / model, self.tolerant))
+
+    def _overlays(self, kustomizations: Iterable[tuple[Path, str]]) -> list[Overlay]:
         top = self.root / self.layout.overlays
         out = []
-        for path, kind in self._kustomizations:
+        for path, kind in kustomizations:
             if kind != "Kustomization":
                 continue
             parts = path.relative_to(top).parts
