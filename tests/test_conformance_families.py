@@ -58,37 +58,64 @@ def model(config: str, **extra: str) -> dict[str, str]:
     return files
 
 
+def _ensemble_steps(repo: Path) -> set[str]:
+    """The models some ensemble of `repo` names as a step."""
+    steps: set[str] = set()
+    for config in repo.glob("*/config.pbtxt"):
+        text = config.read_text(encoding="utf-8", errors="replace")
+        if "ensemble_scheduling" in text:
+            steps.update(re.findall(r'model_name:\s*"([^"]+)"', text))
+    return steps
+
+
 def triton_verdicts(install, repo: Path, strict: bool) -> dict[str, str | None]:
-    """Model folder -> Triton's failure message (None: READY), from one real server. A model whose failure
-    crashes the server (tritonserver 2.51 does that now and then for a warmup batch above max_batch_size: it
-    logs "failed to load 'M' ..." and dies of SIGSEGV) is refused with that logged message."""
+    """Model folder -> Triton's failure message (None: READY), from the real server.
+
+    tritonserver 2.51 sometimes dies of SIGSEGV after refusing a model (seen with a warmup batch above
+    max_batch_size and with a refused implicit-state initial_state; on some hosts nearly every time). The models
+    it logged "failed to load 'M' version N: ..." for before dying keep that message as their verdict and are set
+    aside; the server is started again on the rest, until it stays up. A model an ensemble names as a step stays,
+    since the ensemble's own verdict depends on it."""
     from kubectl_triton.adapters.tritonserver import (
         TritonServer,
         TritonServerError,
+        error_messages,
         failed_models,
         log_error_for,
         model_states,
     )
 
     names = {p.name for p in repo.iterdir() if p.is_dir()}
-    for _ in range(3):
-        server = TritonServer(repo, exit_on_error=False, strict_model_config=strict, install=install)
-        try:
-            server.start(timeout=120)
-            states = model_states(server)
-            failures = failed_models(server)
-            log = server.log
-            break
-        except TritonServerError as err:
-            crashed = re.search(r"failed to load '([^']+)' version \d+: (.*)", err.message)
-            if crashed and len(names) == 1 and crashed[1] in names:
-                return {crashed[1]: crashed[2]}
-        finally:
-            server.stop(grace=0)
-    else:
-        raise AssertionError(f"tritonserver crashed three times on {sorted(names)}")
+    aside = repo.parent / f".{repo.name}-refused"
     out: dict[str, str | None] = {}
-    for name in names:
+    fruitless = 0
+    try:
+        while True:
+            server = TritonServer(repo, exit_on_error=False, strict_model_config=strict, install=install)
+            try:
+                server.start(timeout=120)
+                states = model_states(server)
+                failures = failed_models(server)
+                log = server.log
+                break
+            except TritonServerError:
+                logged = [re.match(r"failed to load '([^']+)' version \d+: (.*)", m) for m in error_messages(server.log)]
+                steps = _ensemble_steps(repo)
+                settled = {m[1]: m[2] for m in logged if m and m[1] in names and m[1] not in out and m[1] not in steps}
+                fruitless = 0 if settled else fruitless + 1
+                if fruitless == 3:
+                    raise AssertionError(f"tritonserver crashed three times on {sorted(names - set(out))}") from None
+                aside.mkdir(exist_ok=True)
+                for name, message in settled.items():
+                    out[name] = message
+                    shutil.move(str(repo / name), str(aside / name))
+            finally:
+                server.stop(grace=0)
+    finally:
+        for name in out:
+            shutil.move(str(aside / name), str(repo / name))
+        shutil.rmtree(aside, ignore_errors=True)
+    for name in names - set(out):
         if name in failures:
             out[name] = failures[name]
         elif name in states:
@@ -112,17 +139,9 @@ def _same_meaning(static: str, triton: str, repo: Path) -> bool:
     return triton in static
 
 
-def assert_agree(install, repo: Path, strict: bool, alone: tuple[str, ...] = ()) -> dict[str, str | None]:
-    """Static and Triton verdicts agree for every model of `repo`; the models in `alone` each get a server of
-    their own (their failure may crash the server)."""
-    for name in alone:
-        single = repo.parent / f"alone-{name}"
-        single.mkdir()
-        shutil.move(str(repo / name), str(single / name))
+def assert_agree(install, repo: Path, strict: bool) -> dict[str, str | None]:
+    """Static and Triton verdicts agree for every model of `repo`."""
     verdicts = triton_verdicts(install, repo, strict)
-    for name in alone:
-        verdicts.update(triton_verdicts(install, repo.parent / f"alone-{name}", strict))
-        shutil.move(str(repo.parent / f"alone-{name}" / name), str(repo / name))
     findings = check_repository(repo, strict=strict)
     errors: dict[str, list[str]] = {}
     for f in findings:
@@ -229,7 +248,7 @@ def test_warmup_inputs_against_the_model_inputs(install, tmp_path: Path):
     models = {name: model(config) for name, config in cases.items()}
     models["file_present"]["warmup/x.bin"] = "\0" * 8
     repo = write_repo(tmp_path / "repo", models)
-    verdicts = assert_agree(install, repo, strict=True, alone=("batch_above_max", "batch_2_non_batching"))
+    verdicts = assert_agree(install, repo, strict=True)
     assert {n for n, m in verdicts.items() if m is None} == \
         {n for n in cases if n.startswith("ok") or n == "file_present"}
 
