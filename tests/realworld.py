@@ -240,36 +240,16 @@ def dependents(staged: Path, models: set[str]) -> set[str]:
 
 
 def _serve(shadow: Path, install: Any) -> dict[str, str | None] | None:
-    """Staged model -> Triton's failure (None: READY) from one server; None when the server died."""
-    from kubectl_triton.adapters.tritonserver import (
-        TritonServer,
-        TritonServerError,
-        failed_models,
-        log_error_for,
-        model_states,
-    )
+    """Staged model -> Triton's failure (None: READY) from one server (load_repository: started again without
+    the models a dying server had refused); None when the server kept dying."""
+    from kubectl_triton.adapters.tritonserver import TritonServerError, load_repository
 
-    names = {p.name for p in shadow.iterdir() if p.is_dir()}
-    server = TritonServer(shadow, exit_on_error=False, strict_model_config=False, install=install,
-                          extra_args=["--model-load-thread-count=4"])
     try:
-        server.start(timeout=600)
-        states = model_states(server)
-        failures = failed_models(server)
-        log = server.log
+        loaded = load_repository(shadow, timeout=600, exit_on_error=False, strict_model_config=False,
+                                 install=install, extra_args=["--model-load-thread-count=4"])
     except TritonServerError:
         return None
-    finally:
-        server.stop(grace=0)
-    out: dict[str, str | None] = {}
-    for name in names:
-        if name in failures:
-            out[name] = failures[name]
-        elif states.get(name, ("",))[0] == "READY":
-            out[name] = None
-        else:
-            out[name] = log_error_for(log, name) or "not in the repository index"
-    return out
+    return {p.name: loaded.verdict(p.name) for p in shadow.iterdir() if p.is_dir()}
 
 
 def judge(cases: list[Case], install: Any, workdir: Path) -> None:

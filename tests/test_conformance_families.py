@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 import re
-import shutil
 from pathlib import Path
 
 import pytest
@@ -58,72 +57,13 @@ def model(config: str, **extra: str) -> dict[str, str]:
     return files
 
 
-def _ensemble_steps(repo: Path) -> set[str]:
-    """The models some ensemble of `repo` names as a step."""
-    steps: set[str] = set()
-    for config in repo.glob("*/config.pbtxt"):
-        text = config.read_text(encoding="utf-8", errors="replace")
-        if "ensemble_scheduling" in text:
-            steps.update(re.findall(r'model_name:\s*"([^"]+)"', text))
-    return steps
-
-
 def triton_verdicts(install, repo: Path, strict: bool) -> dict[str, str | None]:
-    """Model folder -> Triton's failure message (None: READY), from the real server.
+    """Model folder -> Triton's failure message (None: READY), from the real server (load_repository: a server
+    that dies after refusing models is started again without them)."""
+    from kubectl_triton.adapters.tritonserver import load_repository
 
-    tritonserver 2.51 sometimes dies of SIGSEGV after refusing a model (seen with a warmup batch above
-    max_batch_size and with a refused implicit-state initial_state; on some hosts nearly every time). The models
-    it logged "failed to load 'M' version N: ..." for before dying keep that message as their verdict and are set
-    aside; the server is started again on the rest, until it stays up. A model an ensemble names as a step stays,
-    since the ensemble's own verdict depends on it."""
-    from kubectl_triton.adapters.tritonserver import (
-        TritonServer,
-        TritonServerError,
-        error_messages,
-        failed_models,
-        log_error_for,
-        model_states,
-    )
-
-    names = {p.name for p in repo.iterdir() if p.is_dir()}
-    aside = repo.parent / f".{repo.name}-refused"
-    out: dict[str, str | None] = {}
-    fruitless = 0
-    try:
-        while True:
-            server = TritonServer(repo, exit_on_error=False, strict_model_config=strict, install=install)
-            try:
-                server.start(timeout=120)
-                states = model_states(server)
-                failures = failed_models(server)
-                log = server.log
-                break
-            except TritonServerError:
-                logged = [re.match(r"failed to load '([^']+)' version \d+: (.*)", m) for m in error_messages(server.log)]
-                steps = _ensemble_steps(repo)
-                settled = {m[1]: m[2] for m in logged if m and m[1] in names and m[1] not in out and m[1] not in steps}
-                fruitless = 0 if settled else fruitless + 1
-                if fruitless == 3:
-                    raise AssertionError(f"tritonserver crashed three times on {sorted(names - set(out))}") from None
-                aside.mkdir(exist_ok=True)
-                for name, message in settled.items():
-                    out[name] = message
-                    shutil.move(str(repo / name), str(aside / name))
-            finally:
-                server.stop(grace=0)
-    finally:
-        for name in out:
-            shutil.move(str(aside / name), str(repo / name))
-        shutil.rmtree(aside, ignore_errors=True)
-    for name in names - set(out):
-        if name in failures:
-            out[name] = failures[name]
-        elif name in states:
-            assert states[name][0] == "READY", (name, states[name])
-            out[name] = None
-        else:  # refused before it entered the index (a version policy that selects no version folder)
-            out[name] = log_error_for(log, name) or "not in the repository index"
-    return out
+    loaded = load_repository(repo, exit_on_error=False, strict_model_config=strict, install=install)
+    return {p.name: loaded.verdict(p.name) for p in repo.iterdir() if p.is_dir()}
 
 
 def _norm(message: str, repo: Path) -> str:

@@ -181,4 +181,63 @@ def test_log_parsing_attributes_each_error_to_its_model() -> None:
     assert ts.log_error_for(LOG, "engine") == "Internal: RuntimeError: no engine"
     assert ts.log_error_for(LOG, "pipe").endswith("not available or ambiguous: vit")
     assert ts.log_error_for(LOG, "pip") is None
-    assert ts.last_error_line(LOG) == "Internal: failed to load all models"
+    # the last error that names a cause: "failed to load all models" and start-up noise are passed over
+    assert ts.last_error_line(LOG) == "failed to load 'engine' version 1: Internal: RuntimeError: no engine"
+
+
+def assassin(times: int) -> str:
+    """A python model whose initialize kills its tritonserver with SIGSEGV, the first `times` times it loads
+    (counted in a file in its folder), after the other models had time to load or be refused."""
+    return textwrap.dedent(f"""\
+        import os, signal, time
+        from pathlib import Path
+
+        class TritonPythonModel:
+            def initialize(self, args):
+                count = Path(args["model_repository"]) / "kills"
+                done = int(count.read_text()) if count.exists() else 0
+                if done < {times}:
+                    count.write_text(str(done + 1))
+                    time.sleep(1.5)
+                    os.kill(os.getppid(), signal.SIGSEGV)
+                    time.sleep(30)
+
+            def execute(self, requests):
+                return []
+        """)
+
+
+def files(repo: Path) -> list[str]:
+    return sorted(str(p.relative_to(repo)) for p in repo.rglob("*")
+                  if p.name != "kills" and "__pycache__" not in p.parts)
+
+
+def test_a_server_that_dies_after_refusing_a_model_is_started_again_without_it(tmp_path: Path) -> None:
+    """tritonserver 2.51 sometimes dies after refusing a model: the refusal it logged is kept, the model set
+    aside, the server started again on the rest; the repository is left as it was."""
+    _install_or_skip()
+    repo = tmp_path / "repo"
+    add_model(repo, "echo")
+    add_model(repo, "broken", code=BROKEN)
+    add_model(repo, "assassin", code=assassin(2))  # start() itself retries a crash once: two kills, one restart
+    before = files(repo)
+    loaded = ts.load_repository(repo)
+    assert loaded.crashes == 1
+    assert "no engine here" in loaded.failures["broken"]
+    assert loaded.states["echo"][0] == loaded.states["assassin"][0] == "READY"
+    assert "broken" not in loaded.states  # judged from the log of the server that died
+    assert files(repo) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["repo"]
+
+
+def test_a_server_that_keeps_dying_without_naming_a_model_is_an_error(tmp_path: Path) -> None:
+    _install_or_skip()
+    repo = tmp_path / "repo"
+    add_model(repo, "echo")
+    add_model(repo, "assassin", code=assassin(100))
+    with pytest.raises(ts.TritonServerDied) as err:
+        ts.load_repository(repo, max_fruitless=2)
+    assert err.value.message.startswith("tritonserver was killed by SIGSEGV")
+    assert "CudaDriverHelper" not in err.value.message and "\n" not in err.value.message
+    assert (repo / "assassin" / "kills").read_text() == "4"  # two loads, each retried once by start()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["repo"]

@@ -39,6 +39,10 @@ class TritonServerError(TritonCtlError):
     exit_code = EXIT_FINDINGS
 
 
+class TritonServerDied(TritonServerError):
+    """tritonserver exited (or was killed) before it was ready."""
+
+
 @dataclass(frozen=True)
 class TritonInstall:
     """Where the server binary, its shared libraries, backends and python stub live."""
@@ -239,8 +243,7 @@ class TritonServer:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if not self.running:
-                raise TritonServerError(f"tritonserver exited with code {self._returncode()}: "
-                                        f"{last_error_line(self.log)}")
+                raise TritonServerDied(f"{self._exit_text()}: {last_error_line(self.log)}")
             if _http_status(f"{self.http_url}/v2/health/live") == 200:
                 return
             time.sleep(0.05)
@@ -252,8 +255,7 @@ class TritonServer:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if not self.running:
-                raise TritonServerError(f"tritonserver exited with code {self._returncode()}: "
-                                        f"{last_error_line(self.log)}")
+                raise TritonServerDied(f"{self._exit_text()}: {last_error_line(self.log)}")
             if _http_status(f"{self.http_url}/v2/health/ready") == 200:
                 return
             time.sleep(0.05)
@@ -262,6 +264,13 @@ class TritonServer:
 
     def _returncode(self) -> int | None:
         return self._proc.poll() if self._proc else None
+
+    def _exit_text(self) -> str:
+        code = self._returncode()
+        if code is not None and code < 0:
+            with contextlib.suppress(ValueError):
+                return f"tritonserver was killed by {signal.Signals(-code).name}"
+        return f"tritonserver exited with code {code}"
 
     def stop(self, grace: float = 10) -> None:
         """Terminate the server (SIGTERM and up to `grace` s, then SIGKILL to its process group)."""
@@ -394,10 +403,74 @@ def log_error_for(log: str, model: str) -> str | None:
 
 def last_error_line(log: str) -> str:
     """The last `E…` line (Triton's error log format) or the last line of the log."""
-    lines = [ln.strip() for ln in log.splitlines() if ln.strip()]
+    lines = [ln.strip() for ln in log.splitlines() if ln.strip() and not any(n in ln for n in _NOISE)]
     for ln in reversed(lines):
         if ln.startswith("E") and "]" in ln:
             return ln.split("]", 1)[1].strip().strip('"')
         if ln.startswith("error:"):
             return ln
     return lines[-1] if lines else "no output"
+
+
+@dataclass
+class Loaded:
+    """What one tritonserver made of every model folder of a repository."""
+
+    states: dict[str, tuple[str, str]]  # from the server that stayed up (model_states)
+    failures: dict[str, str]  # every model not READY -> Triton's message, those of crashed servers included
+    log: str  # the log of the server that stayed up
+    crashes: int  # servers that died on the way
+
+    def verdict(self, model: str) -> str | None:
+        """Triton's failure message for the model folder `model`; None when it is READY. A model the server does
+        not list (its version policy selects no version folder) failed with what the log says of it."""
+        if model in self.failures:
+            return self.failures[model]
+        if self.states.get(model, ("",))[0] == READY:
+            return None
+        return log_error_for(self.log, model) or "Triton loaded no version of it"
+
+
+_LOGGED_FAILURE = re.compile(r"failed to load '([^']+)' version \d+: (.*)")
+
+
+def load_repository(repo: Path, *, timeout: float = 120, max_fruitless: int = 3,
+                    **server_args: Any) -> Loaded:
+    """Load every model of `repo` in tritonserver and read what became of each.
+
+    tritonserver 2.51 sometimes dies of SIGSEGV right after refusing a model (seen after a refused implicit-state
+    `initial_state` and after a warmup batch above max_batch_size; on some hosts nearly every time). Its log names
+    the models it refused before dying (`failed to load 'M' version N: ...`): those keep that message, are set
+    aside and the server starts again on the rest, until it stays up. Every folder is back in place on return.
+    Raises TritonServerError when the server dies `max_fruitless` times without naming a refused model."""
+    folders = {p.name for p in repo.iterdir() if p.is_dir()}
+    refused: dict[str, str] = {}
+    aside: Path | None = None
+    crashes = fruitless = 0
+    try:
+        while True:
+            server = TritonServer(repo, **server_args)
+            try:
+                server.start(timeout=timeout)
+                states, failures, log = model_states(server), failed_models(server), server.log
+                break
+            except TritonServerDied:
+                crashes += 1
+                logged = (_LOGGED_FAILURE.match(m) for m in error_messages(server.log))
+                settled = {m[1]: m[2] for m in logged if m and m[1] in folders and m[1] not in refused}
+                fruitless = 0 if settled else fruitless + 1
+                if fruitless >= max_fruitless:
+                    raise
+                if settled:
+                    aside = aside or Path(tempfile.mkdtemp(prefix=".refused-", dir=repo.parent))
+                    for name in settled:
+                        shutil.move(str(repo / name), str(aside / name))
+                    refused.update(settled)
+            finally:
+                server.stop(grace=0)
+    finally:
+        if aside is not None:
+            for name in refused:
+                shutil.move(str(aside / name), str(repo / name))
+            shutil.rmtree(aside, ignore_errors=True)
+    return Loaded(states, {**failures, **refused}, log, crashes)

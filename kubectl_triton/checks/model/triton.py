@@ -2,8 +2,9 @@
 
 The repository is shadowed (see kubectl_triton.adapters.shadow: every non-ensemble model becomes a
 python-backend model with the same configuration I/O, on CPU; ensembles unchanged), one server is
-started on the shadow with strict model configuration, and every model that is not READY becomes
-one `TritonLoadFailed` error carrying Triton's own message.
+started on the shadow with strict model configuration (started again without the models it refused,
+should it die after refusing them), and every model that is not READY becomes one `TritonLoadFailed`
+error carrying Triton's own message.
 
 Host-dependent failures are not reported as user errors: the shadow runs KIND_GPU/KIND_AUTO
 instance groups on CPU, so "no GPUs available", "server does not support GPUs" and "invalid or
@@ -20,13 +21,7 @@ import tempfile
 from pathlib import Path
 
 from kubectl_triton.adapters.shadow import build_shadow, model_dirs
-from kubectl_triton.adapters.tritonserver import (
-    TritonServer,
-    failed_models,
-    find_install,
-    log_error_for,
-    model_states,
-)
+from kubectl_triton.adapters.tritonserver import find_install, load_repository
 from kubectl_triton.checks.findings import Finding
 from kubectl_triton.checks.model.base import TRITON_LOAD
 from kubectl_triton.gitops.repo import relative
@@ -58,20 +53,11 @@ def findings_from_states(failures: dict[str, str], repo_dir: Path,
 
 
 def run_shadow(shadow_dir: Path, timeout: float = 120) -> dict[str, str]:
-    """Start one tritonserver on a prepared shadow repository; model -> Triton's failure message. A model that
-    Triton does not list at all (its version policy selects no version folder) failed too."""
-    server = TritonServer(shadow_dir, exit_on_error=False)
-    try:
-        server.start(timeout=timeout)
-        failures = failed_models(server)
-        listed = set(model_states(server))
-        log = server.log
-    finally:
-        server.stop(grace=0)
-    for model_dir in model_dirs(shadow_dir):
-        if model_dir.name not in listed and model_dir.name not in failures:
-            failures[model_dir.name] = log_error_for(log, model_dir.name) or "Triton loaded no version of it"
-    return failures
+    """Load a prepared shadow repository in tritonserver; model -> Triton's failure message for every model that
+    is not READY."""
+    loaded = load_repository(shadow_dir, timeout=timeout, exit_on_error=False)
+    verdicts = {d.name: loaded.verdict(d.name) for d in model_dirs(shadow_dir)}
+    return {name: message for name, message in verdicts.items() if message is not None}
 
 
 def check_repository_with_triton(repo_dir: Path, *, display_root: Path | None = None,
