@@ -185,7 +185,7 @@ def test_log_parsing_attributes_each_error_to_its_model() -> None:
     assert ts.last_error_line(LOG) == "failed to load 'engine' version 1: Internal: RuntimeError: no engine"
 
 
-def assassin(times: int) -> str:
+def assassin(times: int, delay: float = 1.5) -> str:
     """A python model whose initialize kills its tritonserver with SIGSEGV, the first `times` times it loads
     (counted in a file in its folder), after the other models had time to load or be refused."""
     return textwrap.dedent(f"""\
@@ -198,7 +198,7 @@ def assassin(times: int) -> str:
                 done = int(count.read_text()) if count.exists() else 0
                 if done < {times}:
                     count.write_text(str(done + 1))
-                    time.sleep(1.5)
+                    time.sleep({delay})
                     os.kill(os.getppid(), signal.SIGSEGV)
                     time.sleep(30)
 
@@ -234,7 +234,7 @@ def test_a_server_that_keeps_dying_without_naming_a_model_is_an_error(tmp_path: 
     _install_or_skip()
     repo = tmp_path / "repo"
     add_model(repo, "echo")
-    add_model(repo, "assassin", code=assassin(100))
+    add_model(repo, "assassin", code=assassin(100, delay=0))
     with pytest.raises(ts.TritonServerDied) as err:
         ts.load_repository(repo, max_fruitless=2)
     assert err.value.message.startswith("tritonserver was killed by SIGSEGV")
