@@ -2,9 +2,11 @@
 checks (`check_repository`). Used by tests/test_conformance_realworld.py (a fixed subset in `make test`) and
 bench/realworld_conformance.py (the whole corpus).
 
-Corpus: ../shared/conformance/realworld-configs/<owner>__<project>__<path>/ — one real model repository each, as
-committed in public projects (config.pbtxt texts and folder shape; no weights), sources.json names repository,
-path, commit and license.
+Corpus: ../shared/conformance/realworld-configs/<owner>__<project>__<path>/ (or the folder that
+KUBECTL_TRITON_REALWORLD_CORPUS names) — one real model repository each, as committed in public projects (config.pbtxt
+texts and folder shape; no weights), sources.json names repository, path, commit and license. Third-party files, so
+the corpus is not in git: tests/fixtures/realworld-sources.json names every repository of it and
+tools/realworld_corpus.py writes it from git copies of those projects.
 
 How one case is judged: its models are renamed with a unique prefix (folder, `name`, ensemble steps) so that many
 cases share one server; the server runs on a shadow of them (kubectl_triton.adapters.shadow: every non-ensemble
@@ -29,6 +31,7 @@ What a python shadow cannot judge, and how it is handled (`unjudgeable`):
 from __future__ import annotations
 
 import json
+import os
 import random
 import re
 import shutil
@@ -42,7 +45,7 @@ from kubectl_triton.checks.findings import ERROR
 from kubectl_triton.formats import pbtxt
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
-CORPUS = SHARED / "conformance" / "realworld-configs"
+CORPUS = Path(os.environ.get("KUBECTL_TRITON_REALWORLD_CORPUS") or SHARED / "conformance" / "realworld-configs")
 CONFIG = "config.pbtxt"
 # Checks of one backend's own parameters (the TensorRT-LLM backend reads them when it loads): a python shadow
 # does not read them, so a model refused only by these (and the ensembles that run it) is left out of the score.

@@ -1,17 +1,19 @@
 """Static checks against the real tritonserver on real model repositories from public projects and on single-point
 mutations of them (tests/realworld.py says how each case is judged and what a python shadow cannot judge).
 
-`make test` runs a fixed subset: one repository per project (the smallest one holding an ensemble, else the
-smallest; at most 6 models) with one seeded mutation each, in one server (about 40 s on 2 cores). The whole corpus
-(every repository, up to four mutations each) runs with KUBECTL_TRITON_REALWORLD=all (`make realworld`, about
-10 minutes on 2 cores).
+`make test` runs a fixed subset: one repository of each of 16 projects (the smallest one holding an ensemble, else
+the smallest; at most 4 models) with up to two seeded mutations each, in one server (about 55 s on 2 cores). The
+whole corpus (every repository, up to four mutations each) runs with KUBECTL_TRITON_REALWORLD=all (`make realworld`,
+about 8 minutes on 2 cores for the 94 repositories of tests/fixtures/realworld-sources.json).
 Both record their figures (`conformance_realworld`) and require ≥ 99% agreement and no false error on an
 unmutated repository.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
 import time
 from pathlib import Path
@@ -23,6 +25,7 @@ from tests.test_conformance_families import CPU, ENSEMBLE, IO, assert_agree, mod
 
 FULL = os.environ.get("KUBECTL_TRITON_REALWORLD") == "all"
 TARGET = 0.99
+PERMISSIVE = {"Apache-2.0", "MIT", "BSD-2-Clause", "BSD-3-Clause", "Unlicense"}
 
 
 SUBSET_PROJECTS = 16  # `make test` stays well under 10 minutes on 2 cores (61 projects took 118 s)
@@ -49,7 +52,8 @@ def subset(repos: list[rw.Repo]) -> list[rw.Repo]:
 @pytest.fixture(scope="module")
 def judged(install, tmp_path_factory: pytest.TempPathFactory) -> tuple[list[rw.Case], list[rw.Case], float]:
     if not (rw.CORPUS / "sources.json").is_file():
-        pytest.skip("../shared/conformance/realworld-configs is not available")
+        pytest.skip(f"no real-world corpus at {rw.CORPUS} (tools/realworld_corpus.py builds it; "
+                    "KUBECTL_TRITON_REALWORLD_CORPUS names another folder)")
     repos = rw.load_corpus()
     if not FULL:
         repos = subset(repos)
@@ -66,6 +70,19 @@ def judged(install, tmp_path_factory: pytest.TempPathFactory) -> tuple[list[rw.C
     elapsed = time.monotonic() - start
     shutil.rmtree(work, ignore_errors=True)
     return originals, mutated, elapsed
+
+
+def test_manifest_names_permissive_sources() -> None:
+    """The corpus manifest names one folder per model repository, each at a fixed commit of a project under a
+    permissive license (its text is copied with the corpus)."""
+    rows = json.loads((Path(__file__).parent / "fixtures" / "realworld-sources.json").read_text(encoding="utf-8"))
+    slugs = [row["slug"] for row in rows]
+    assert len(slugs) == len(set(slugs))
+    for row in rows:
+        assert row["slug"] == f"{row['repository'].replace('/', '__')}__{row['path'].replace('/', '__')}", row
+        assert re.fullmatch(r"[0-9a-f]{40}", row["commit"]), row
+        assert row["license"] in PERMISSIVE, row
+    assert len({row["repository"] for row in rows}) >= 25
 
 
 def test_every_case_is_judged(judged: tuple[list[rw.Case], list[rw.Case], float]) -> None:
