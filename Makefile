@@ -54,7 +54,7 @@ fuzz: install
 # The static checks against the real tritonserver on every real model repository of
 # ../shared/conformance/realworld-configs (or $KUBECTL_TRITON_REALWORLD_CORPUS; tools/realworld_corpus.py builds it
 # from tests/fixtures/realworld-sources.json) and up to four single-point mutations of each (`make test` runs one
-# small repository of each of 16 projects with two mutations each, about 50 s); about 13 minutes on 2 cores.
+# small repository of each of 16 projects with two mutations each, about 50 s); about 8 minutes on 2 cores.
 realworld: install
 	KUBECTL_TRITON_REALWORLD=all PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest -q \
 	  tests/test_conformance_realworld.py -p no:cacheprovider

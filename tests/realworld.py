@@ -1,6 +1,6 @@
 """Real model repositories and single-point mutations of them, judged by the real tritonserver and by the static
-checks (`check_repository`). Used by tests/test_conformance_realworld.py (a fixed subset in `make test`) and
-bench/realworld_conformance.py (the whole corpus).
+checks (`check_repository`). Used by tests/test_conformance_realworld.py (a fixed subset in `make test`, the whole
+corpus in `make realworld`).
 
 Corpus: ../shared/conformance/realworld-configs/<owner>__<project>__<path>/ (or the folder that
 KUBECTL_TRITON_REALWORLD_CORPUS names) — one real model repository each, as committed in public projects (config.pbtxt
