@@ -38,7 +38,7 @@ test: install
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest $(PYTEST_ARGS)
 
 lint: install
-	$(BIN)/ruff check kubectl_triton tests bench
+	$(BIN)/ruff check kubectl_triton tests bench tools
 	$(BIN)/mypy
 
 render: install

@@ -190,6 +190,10 @@ class Early:
     def close(self) -> None:
         self.pool.shutdown(wait=True, cancel_futures=True)
 
+    def cancel(self) -> None:
+        """Start no further build (those running finish on their own)."""
+        self.pool.shutdown(wait=False, cancel_futures=True)
+
 
 class Builds:
     """Builds under way (see `start_many`): `results()` waits for them."""
@@ -215,7 +219,7 @@ class Builds:
         """Start no further build (those running finish on their own)."""
         self.pool.shutdown(wait=False, cancel_futures=True)
         if self.early is not None:
-            self.early.pool.shutdown(wait=False, cancel_futures=True)
+            self.early.cancel()
 
     def results(self) -> list[Rendered | RenderError]:
         """Every folder's result in the order given (waits for the builds still running)."""

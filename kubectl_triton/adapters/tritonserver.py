@@ -359,12 +359,12 @@ def model_states(server: TritonServer) -> dict[str, tuple[str, str]]:
 
 def failed_models(server: TritonServer) -> dict[str, str]:
     """Model name -> Triton's reason, for every model that is not READY."""
-    log = server.log
-    out = {}
-    for name, (state, reason) in model_states(server).items():
-        if state != READY:
-            out[name] = reason or log_error_for(log, name) or f"model is {state or 'not loaded'}"
-    return out
+    return _failures(model_states(server), server.log)
+
+
+def _failures(states: dict[str, tuple[str, str]], log: str) -> dict[str, str]:
+    return {name: reason or log_error_for(log, name) or f"model is {state or 'not loaded'}"
+            for name, (state, reason) in states.items() if state != READY}
 
 
 _NOISE = ("failed to load all models", "CudaDriverHelper", "Failed to initialize NVML")
@@ -452,7 +452,7 @@ def load_repository(repo: Path, *, timeout: float = 120, max_fruitless: int = 3,
             server = TritonServer(repo, **server_args)
             try:
                 server.start(timeout=timeout)
-                states, failures, log = model_states(server), failed_models(server), server.log
+                states, log = model_states(server), server.log
                 break
             except TritonServerDied:
                 crashes += 1
@@ -473,4 +473,4 @@ def load_repository(repo: Path, *, timeout: float = 120, max_fruitless: int = 3,
             for name in refused:
                 shutil.move(str(aside / name), str(repo / name))
             shutil.rmtree(aside, ignore_errors=True)
-    return Loaded(states, {**failures, **refused}, log, crashes)
+    return Loaded(states, {**_failures(states, log), **refused}, log, crashes)

@@ -126,8 +126,9 @@ def _validate(root: Path, options: Options, progress: Callable[[str], None] | No
     if changes is not None:
         changes.check()  # a usage error (no git, a ref that is no commit) before any build starts
     cache = kustomize.RenderCache() if options.cache else None
-    layout = Repository.at(root, tolerant=True).layout
-    early = _early_builds(root, layout, changes) if changes is not None and cache is not None else None
+    repository = Repository.at(root, tolerant=True)
+    layout = repository.layout
+    early = _early_builds(root, repository, changes) if changes is not None and cache is not None else None
     try:
         if cache is not None:
             cache.load_parsed(root)
@@ -141,7 +142,7 @@ def _validate(root: Path, options: Options, progress: Callable[[str], None] | No
         builds = kustomize.start_many((t.path for t in targets), cache, early)
     except BaseException:
         if early is not None:
-            early.pool.shutdown(wait=False, cancel_futures=True)
+            early.cancel()
         raise
     try:  # while kustomize runs: the malformed files, model metadata, what the change can reach
         problems = repo.yaml_problems(root)
@@ -216,13 +217,13 @@ def _warm_schemas(builds: kustomize.Builds, version: str) -> None:
                 schemas.validate_object(obj, version)
 
 
-def _early_builds(root: Path, layout: Layout, changes: inputs.ChangedFiles) -> kustomize.Early | None:
+def _early_builds(root: Path, repository: Repository, changes: inputs.ChangedFiles) -> kustomize.Early | None:
     """Start building, before anything else, the overlays a change most likely needs rebuilt: those of a model
     whose files (models/<model>/) or overlay folder (overlays/<model>/) changed, when there are no more than
     CPUs. The cache lookups adopt those they miss (kustomize.start_many), so the slowest part of a one-model
     change runs while the repository is read."""
     rels = _relative(root, changes.result())
-    repository = Repository.at(root, tolerant=True)
+    layout = repository.layout
     folders = [repo.resolved(o.path) for model in sorted(_models_in(layout.models, rels) |
                                                         _models_in(layout.overlays, rels))
                for o in repository.model_overlays(model)]

@@ -343,18 +343,21 @@ def matrix(root: Path, *, model: str | None = None, gpu: str | None = None,
     # Without a GPU to place every model on, only the models the overlays deploy have verdicts: validate
     # (skip_invalid) reads only those. The compat command reads every model first (a malformed one is an error).
     placed_only = skip_invalid and not gpu
-    models = {} if placed_only else load_models(root, skip_invalid=skip_invalid)
-    if model is not None and model not in models and not placed_only:
-        raise InputError(f"{model}: no TensorRT-LLM model of that name under {root / 'models'}")
+
+    def known(models: dict[str, ModelInfo]) -> dict[str, ModelInfo]:
+        if model is not None and model not in models:
+            raise InputError(f"{model}: no TensorRT-LLM model of that name under {root / 'models'}")
+        return models
+
+    models = {} if placed_only else known(load_models(root, skip_invalid=skip_invalid))
     want_gpu = resolve(gpu) if gpu else None
     if gpu and want_gpu is None:
         raise InputError(f"{gpu}: not a GPU catalog key, GFD product label or nvidia-smi name",
                          hint="known keys: " + ", ".join(gpus()))
     found, failures = render_placements(root, rendered)
     if placed_only:
-        models = load_models(root, skip_invalid=True, names={p.model for p in found} | ({model} if model else set()))
-        if model is not None and model not in models:
-            raise InputError(f"{model}: no TensorRT-LLM model of that name under {root / 'models'}")
+        models = known(load_models(root, skip_invalid=True,
+                                   names={p.model for p in found} | ({model} if model else set())))
     results = []
     covered: set[str] = set()
     for p in found:

@@ -226,11 +226,20 @@ class ChangedFiles:
                 self._out[name] = (stdout, self._procs[name].returncode)
                 if self._out[name][1] == 0:
                     continue
+                self._stop_the_rest()
                 if name == "ref" and self._out.get("top", ("", 0))[1] == 0:
                     raise InputError(f"--changed-from {self.ref}: not a commit in this repository",
                                      hint="fetch it first (actions/checkout: fetch-depth: 0)")
                 first = next((ln for ln in stderr.splitlines() if ln.strip()), "failed")
                 raise InputError(f"--changed-from {self.ref}: {first.removeprefix('fatal: ')}")
+
+    def _stop_the_rest(self) -> None:
+        """Kill and reap the git processes whose output is no longer wanted."""
+        for name, proc in self._procs.items():
+            if name not in self._out:
+                proc.kill()
+                proc.communicate()
+                self._out[name] = ("", -1)
 
     def check(self) -> None:
         """Raise the InputError of a folder outside git or a ref that is no commit (without waiting for the diff)."""

@@ -597,22 +597,22 @@ def _kind(kfile: Path, tolerant: bool = False) -> str:
     return str(doc.get("kind", "Kustomization")) if isinstance(doc, dict) else "Kustomization"
 
 
-def _files(top: Path, pattern: str) -> list[Path]:
-    """sorted(top.rglob(pattern)) in one walk: files below `top` whose name matches, symlinked folders not
-    descended into (as rglob before Python 3.13)."""
+def matching_files(top: Path, *patterns: str) -> list[Path]:
+    """sorted(top.rglob(pattern)) for every pattern, in one walk: files below `top` whose name matches one,
+    symlinked folders not descended into (as rglob before Python 3.13)."""
     found = [os.path.join(folder, name) for folder, entries in walk(str(top)) for name in entries.others
-             if fnmatch.fnmatchcase(name, pattern)]
+             if any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns)]
     # sorted as Paths sort (by component), without making a Path of each first
     return [Path(f) for f in sorted(found, key=lambda f: f.split(os.sep)) if os.path.exists(f)]
 
 
 def _kustomizations(top: Path, tolerant: bool = False) -> Iterator[tuple[Path, str]]:
-    for kfile in _files(top, "kustomization.yaml"):
+    for kfile in matching_files(top, "kustomization.yaml"):
         yield kfile.parent, _kind(kfile, tolerant)
 
 
 def _flux_objects(cluster_dir: Path, tolerant: bool = False) -> Iterator[FluxObject]:
-    for f in _files(cluster_dir, "*.y*ml"):
+    for f in matching_files(cluster_dir, "*.y*ml"):
         try:
             docs = load_all_shared(f) if tolerant else load_all(f)
         except InputError:

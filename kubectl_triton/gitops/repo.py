@@ -3,8 +3,6 @@ repository anew; commands build one `gitops.model.Repository` and share it inste
 
 from __future__ import annotations
 
-import fnmatch
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,9 +14,9 @@ from kubectl_triton.gitops.model import (
     FluxKustomization,
     Repository,
     kustomization_file,
+    matching_files,
     relative,
     resolved,
-    walk,
 )
 
 __all__ = ["FluxKustomization", "YamlProblem", "clusters", "components", "find_root", "flux_kustomizations",
@@ -82,15 +80,11 @@ def yaml_problems(root: Path) -> list[YamlProblem]:
     """Every malformed file the repository's tools read: kustomization files (overlays/, base/, clusters/), the
     Flux files under clusters/ and models/*/model.yaml."""
     layout = Repository.at(root, tolerant=True).layout
-    files: set[str] = set()
-    for top in (layout.overlays, layout.bases, layout.clusters):
-        flux_files = top == layout.clusters
-        for folder, entries in walk(str(root / top)):
-            files.update(os.path.join(folder, name) for name in entries.others
-                         if name in KUSTOMIZATION_FILES or (flux_files and fnmatch.fnmatchcase(name, "*.y*ml")))
+    files: set[Path] = set()
+    for top in (layout.overlays, layout.bases):
+        files.update(matching_files(root / top, *KUSTOMIZATION_FILES))
+    files.update(matching_files(root / layout.clusters, *KUSTOMIZATION_FILES, "*.y*ml"))
     models = root / layout.models
     if models.is_dir():
-        files.update(str(p) for p in models.glob("*/model.yaml"))
-    # in the order of Paths (by component)
-    return [p for f in sorted(files, key=lambda f: f.split(os.sep))
-            if os.path.isfile(f) and (p := read_problem(root, Path(f))) is not None]
+        files.update(models.glob("*/model.yaml"))
+    return [p for f in sorted(files) if f.is_file() and (p := read_problem(root, f)) is not None]
