@@ -3,12 +3,15 @@
 Every request of the plugin goes through `Kube._request`, and every failure of the `kubernetes` client
 (ApiException, urllib3 errors, kubeconfig problems) becomes a one-line `ClusterError` here and nowhere
 else. Objects come back as plain dicts in the API's own JSON shape (camelCase), so the diagnosis code is
-pure functions over the same documents `kubectl get -o json` shows. Only GET requests are ever made:
-get, list, watch, pods/log and the GET pod proxy. The `kubernetes` package is imported lazily.
+pure functions over the same documents `kubectl get -o json` shows. Towards a user's cluster only GET requests
+are made (get, list, watch, pods/log, the GET pod proxy) and server-side apply dry runs (`apply(dry_run=True)`,
+for `validate --server`); real writes go only to the ephemeral control plane validate --server starts itself.
+The `kubernetes` package is imported lazily.
 """
 
 from __future__ import annotations
 
+import builtins
 import json
 import os
 import time
@@ -111,9 +114,11 @@ class Kube:
     def _request(self, path: str, query: list[tuple[str, str]] | None = None, *, verb: str,
                  what: str, namespace: str | None, stream: bool = False,
                  timeout: tuple[float, float] | None = None, retry: bool = True,
-                 raw_errors: bool = False) -> Any:
-        """GET `path`; return the urllib3 response (unread when `stream`). `verb`/`what`/`namespace`
-        name the request in errors. `raw_errors` returns a non-2xx answer as HttpError instead of raising."""
+                 raw_errors: bool = False, method: str = "GET", body: Any = None,
+                 content_type: str | None = None) -> Any:
+        """Send `method` (GET unless an apply) to `path`; return the urllib3 response (unread when `stream`).
+        `verb`/`what`/`namespace` name the request in errors. `raw_errors` returns a non-2xx answer as HttpError
+        instead of raising."""
         from kubernetes.client.exceptions import ApiException
         from kubernetes.config.config_exception import ConfigException
         from urllib3.exceptions import HTTPError, NewConnectionError, ProtocolError
@@ -124,8 +129,11 @@ class Kube:
         for attempt in range(1, attempts + 1):
             self.requests += 1
             try:
+                headers = {"Accept": "application/json"}
+                if content_type:
+                    headers["Content-Type"] = content_type
                 return self.api.call_api(
-                    path, "GET", query_params=query or [], header_params={"Accept": "application/json"},
+                    path, method, query_params=query or [], header_params=headers, body=body,
                     auth_settings=["BearerToken"], _preload_content=False, _return_http_data_only=True,
                     _request_timeout=timeout)
             except ApiException as err:
@@ -255,6 +263,26 @@ class Kube:
             return  # the stream broke: the caller re-watches from its last resourceVersion
         finally:
             resp.release_conn()
+
+    def get_path(self, path: str, what: str) -> Any:
+        """GET any API path (discovery: /api, /apis/GROUP/VERSION) as JSON; a non-2xx answer is an HttpError."""
+        resp = self._request(path, verb="get", what=what, namespace=None, raw_errors=True)
+        return resp if isinstance(resp, HttpError) else self._json(resp, f"get {what}")
+
+    def apply(self, path: str, obj: dict, *, dry_run: bool, field_manager: str, what: str
+              ) -> tuple[dict, builtins.list[str]] | HttpError:
+        """Server-side apply of `obj` at its object `path` (force, strict field validation, as Flux's
+        kustomize-controller applies); `dry_run` persists nothing. The stored (or would-be) object with the
+        server's warnings (`Warning` headers: PodSecurity, deprecations), or its refusal as an HttpError."""
+        query = [("fieldManager", field_manager), ("force", "true"), ("fieldValidation", "Strict")]
+        if dry_run:
+            query.append(("dryRun", "All"))
+        resp = self._request(path, query, verb="apply", what=what, namespace=None, raw_errors=True,
+                             method="PATCH", body=obj, content_type="application/apply-patch+yaml")
+        if isinstance(resp, HttpError):
+            return resp
+        warnings = [_warning_text(w) for w in resp.headers.getlist("Warning")]
+        return self._json(resp, f"apply {what}"), warnings
 
     def log(self, namespace: str, pod: str, container: str, *, previous: bool = False,
             tail_lines: int = 60) -> str:
@@ -415,6 +443,13 @@ def _translate_status(err: Any, verb: str, what: str, namespace: str | None, kub
     if err.status == 404:
         return ClusterError(f"not found: {verb} {what} {_scope(namespace)}: {detail}")
     return ClusterError(f"{verb} {what} {_scope(namespace)}: API server answered {err.status}: {detail}")
+
+
+def _warning_text(header: str) -> str:
+    """The text of one RFC 7234 Warning header as the API server sends it: `299 - "text"`."""
+    parts = header.split(" ", 2)
+    text = parts[2] if len(parts) == 3 and parts[0].isdigit() else header
+    return text.strip().removeprefix('"').removesuffix('"').replace('\\"', '"')
 
 
 def _root_cause(err: BaseException) -> str:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from kubectl_triton.adapters import kustomize
+from kubectl_triton.checks import server as server_check
 from kubectl_triton.checks.findings import Finding
 from kubectl_triton.checks.manifests import (
     convergence,
@@ -110,6 +111,7 @@ class Options:
     compat: bool = True
     cache: bool = True  # reuse renders whose inputs are unchanged (adapters.kustomize.RenderCache)
     changed_from: str | None = None  # git ref: per-overlay checks only where the change can reach
+    server: Any = None  # checks.server.Target: also apply every cluster folder to a real API server
 
 
 def validate_repo(root: Path, options: Options | None = None,
@@ -198,6 +200,9 @@ def _validate(root: Path, options: Options, progress: Callable[[str], None] | No
             findings.append(CHECK_INPUT.finding(_relative_message(root, err.message)))
     say("simulating each cluster's apply order")
     findings += convergence.check(root, targets, provides)
+    if options.server is not None:
+        say("applying each cluster folder to the API server (server-side dry run)")
+        findings += server_check.check(root, targets, provides, options.server)
     findings += gpufacts.check(root, local)
     if cache is not None:
         cache.save_parsed(root)

@@ -35,6 +35,7 @@ CHECK_MODULES: tuple[str, ...] = (
     "kubectl_triton.checks.manifests.multinode",
     "kubectl_triton.checks.manifests.convergence",
     "kubectl_triton.checks.manifests.gpufacts",
+    "kubectl_triton.checks.server",
     "kubectl_triton.compat.repo_check",
 )
 

@@ -195,7 +195,7 @@ def ancestors(ks: Applied, by_key: dict[tuple[str, str], Applied]) -> list[Appli
 
 
 @dataclass
-class _Provided:
+class Provided:
     """Namespaces and CRD groups, each with who provides it (for messages and dependsOn hints)."""
 
     namespaces: dict[str, str] = field(default_factory=dict)
@@ -205,8 +205,8 @@ class _Provided:
     # Kustomization of another source): it may install any CRD or namespace, so a missing one is only a warning
     unknown: list[str] = field(default_factory=list)
 
-    def copy(self) -> _Provided:
-        return _Provided(dict(self.namespaces), dict(self.groups), dict(self.unawaited), list(self.unknown))
+    def copy(self) -> Provided:
+        return Provided(dict(self.namespaces), dict(self.groups), dict(self.unawaited), list(self.unknown))
 
 
 def _helm_chart(release: dict, objects: list[dict]) -> str | None:
@@ -238,7 +238,7 @@ def _creates_namespace(release: dict) -> bool:
     return isinstance(install, dict) and install.get("createNamespace") is True
 
 
-def _add_from(provided: _Provided, ks: Applied, objects: list[dict], ancestor: bool,
+def _add_from(provided: Provided, ks: Applied, objects: list[dict], ancestor: bool,
               all_objects: list[dict], provided_keys: frozenset[tuple[str, str]] = frozenset()) -> None:
     """What `ks`'s objects make available: to itself (Namespaces, CRDs applied first) or, as an ancestor, also
     what its HelmReleases install."""
@@ -271,9 +271,9 @@ def _add_from(provided: _Provided, ks: Applied, objects: list[dict], ancestor: b
                         provided.unawaited.setdefault(group, source)
 
 
-def _baseline(provides: ClusterProvides, flux_namespace: str) -> _Provided:
+def _baseline(provides: ClusterProvides, flux_namespace: str) -> Provided:
     data = _data()
-    out = _Provided()
+    out = Provided()
     for ns in data["builtin_namespaces"]["namespaces"]:
         out.namespaces[ns] = "Kubernetes"
     out.namespaces.setdefault(flux_namespace, "flux bootstrap")
@@ -291,8 +291,8 @@ def _baseline(provides: ClusterProvides, flux_namespace: str) -> _Provided:
 # ------------------------------------------------------------------------------------------------ the checks
 
 
-def _order_findings(ks: Applied, objects: list[dict], have: _Provided,
-                    elsewhere: _Provided) -> Iterator[Finding]:
+def _order_findings(ks: Applied, objects: list[dict], have: Provided,
+                    elsewhere: Provided) -> Iterator[Finding]:
     """Namespaces and CRDs `ks`'s objects need, against what exists when Flux applies it."""
     missing_ns: dict[str, list[str]] = defaultdict(list)
     missing_group: dict[str, list[str]] = defaultdict(list)
@@ -675,7 +675,6 @@ def cycles(applied: list[Applied]) -> list[list[Applied]]:
 def check_cluster(applied: list[Applied], provides: ClusterProvides, flux_namespace: str = "flux-system"
                   ) -> list[Finding]:
     """Every convergence finding of one cluster's Flux Kustomizations."""
-    by_key = {ks.key: ks for ks in applied}
     out_cycles = [DEPENDENCY_CYCLE.finding(
         "dependsOn circle " + " -> ".join(k.name for k in [*circle, circle[0]]) + ": Flux waits on it forever",
         path=circle[0].file, object=f"Kustomization/{circle[0].namespace}/{circle[0].name}")
@@ -685,37 +684,65 @@ def check_cluster(applied: list[Applied], provides: ClusterProvides, flux_namesp
     cluster = _Cluster()
     for obj in all_objects:
         cluster.add(obj)
-    everywhere = _Provided()
+    everywhere = Provided()
     for ks in applied:
         _add_from(everywhere, ks, effective[ks.key], True, all_objects)
     out: list[Finding] = out_cycles
     storage = _storage_classes(provides, all_objects)
-    before: dict[tuple[tuple[str, str], ...], _Provided] = {}  # what a line of ancestors provides (many share one)
+    have_at = provisions(applied, provides, flux_namespace, effective)
     for ks in applied:
         if ks.objects is None:
             continue
-        line = ancestors(ks, by_key)
         objects = effective[ks.key]
-        if all(a.objects is not None for a in line):  # an unrendered ancestor is reported as such already
-            keys = tuple(a.key for a in line)
-            if keys not in before:
-                before[keys] = _baseline(provides, flux_namespace)
-                for ancestor in line:
-                    _add_from(before[keys], ancestor, effective[ancestor.key], True, all_objects, frozenset(by_key))
-            have = before[keys].copy()
-            _add_from(have, ks, objects, False, all_objects)
-            out.extend(_order_findings(ks, objects, have, everywhere))
+        if ks.key in have_at:
+            out.extend(_order_findings(ks, objects, have_at[ks.key], everywhere))
         out.extend(_reference_findings(ks, objects, cluster, provides))
         out.extend(_wait_findings(ks, objects, provides, storage))
     return out
 
 
-def check(root: Path, targets: list[Any], provides: ClusterProvides) -> list[Finding]:
-    """validate's hook: one simulation per cluster folder, over the rendered Flux Kustomization paths."""
+def provisions(applied: list[Applied], provides: ClusterProvides, flux_namespace: str = "flux-system",
+               effective: dict[tuple[str, str], list[dict]] | None = None) -> dict[tuple[str, str], Provided]:
+    """What exists when each Kustomization is applied on a fresh cluster: the baseline (Kubernetes, flux
+    bootstrap, kubectl-triton.yaml's cluster.provides), what its dependsOn line creates (HelmReleases' charts
+    included) and its own Namespaces and CRDs. Kustomizations with an unrendered ancestor are left out."""
+    by_key = {ks.key: ks for ks in applied}
+    effective = effective if effective is not None else {ks.key: effective_objects(ks) for ks in applied}
+    all_objects = [o for objs in effective.values() for o in objs]
+    before: dict[tuple[tuple[str, str], ...], Provided] = {}  # what a line of ancestors provides (many share one)
+    out: dict[tuple[str, str], Provided] = {}
+    for ks in applied:
+        if ks.objects is None:
+            continue
+        line = ancestors(ks, by_key)
+        if not all(a.objects is not None for a in line):  # an unrendered ancestor is reported as such already
+            continue
+        keys = tuple(a.key for a in line)
+        if keys not in before:
+            before[keys] = _baseline(provides, flux_namespace)
+            for ancestor in line:
+                _add_from(before[keys], ancestor, effective[ancestor.key], True, all_objects, frozenset(by_key))
+        have = before[keys].copy()
+        _add_from(have, ks, effective[ks.key], False, all_objects)
+        out[ks.key] = have
+    return out
+
+
+@dataclass
+class ClusterApplied:
+    """One cluster folder and the Flux Kustomizations it holds, with what each applies."""
+
+    folder: Path
+    applied: list[Applied]
+    flux_namespace: str
+
+
+def clusters_applied(root: Path, targets: list[Any]) -> list[ClusterApplied]:
+    """Every cluster folder's Flux Kustomizations over the rendered targets of a validate run."""
     by_path = {t.path: t for t in targets}
     layout = Repository.at(root, tolerant=True).layout
     own = (layout.source_kind, layout.source_name)
-    out: list[Finding] = []
+    out: list[ClusterApplied] = []
     for cluster_dir in repo.clusters(root, tolerant=True):
         applied = []
         flux_ns = _data()["flux"]["namespace"]
@@ -729,6 +756,11 @@ def check(root: Path, targets: list[Any], provides: ClusterProvides) -> list[Fin
             applied.append(Applied(ks.name, ks.namespace, repo.relative(root, ks.file), repo.relative(root, path),
                                    spec, target.objects if target is not None and target.result is not None
                                    and not foreign else None))
-        out.extend(check_cluster(applied, provides, flux_ns))
+        out.append(ClusterApplied(cluster_dir, applied, flux_ns))
     return out
+
+
+def check(root: Path, targets: list[Any], provides: ClusterProvides) -> list[Finding]:
+    """validate's hook: one simulation per cluster folder, over the rendered Flux Kustomization paths."""
+    return [f for c in clusters_applied(root, targets) for f in check_cluster(c.applied, provides, c.flux_namespace)]
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -31,11 +32,17 @@ LIST_FORMATS = ("text", "json", "yaml", "markdown")
                    "still see every cluster whole).")
 @click.option("--no-cache", is_flag=True,
               help="Render every folder anew (default: reuse renders whose input files are unchanged).")
+@click.option("--server", "with_server", is_flag=True,
+              help="Also apply every cluster folder to a real API server in Flux's order (server-side dry run): "
+                   "the cluster of --context/--kubeconfig, else an ephemeral etcd + kube-apiserver "
+                   "(KUBEBUILDER_ASSETS or the `make controlplane` cache).")
+@click.option("--kubeconfig", default=None, help="With --server: the kubeconfig of the cluster to dry-run against.")
+@click.option("--context", "kube_context", default=None, help="With --server: the kubeconfig context to use.")
 @click.option("--list-checks", is_flag=True, help="List every check (code, severity, scope, description) and exit.")
 @click.pass_context
 def command(ctx: click.Context, repo_dir: Path | None, with_triton: bool, output: str | None,
             kubernetes_version: str, no_compat: bool, changed_from: str | None, no_cache: bool,
-            list_checks: bool) -> None:
+            with_server: bool, kubeconfig: str | None, kube_context: str | None, list_checks: bool) -> None:
     """Render every overlay and Flux path, check schemas, model configurations (ensembles included),
     engine/GPU compatibility and the deployment guides' practices. Exit 0: no errors; 1: errors; 2: bad input."""
     from kubectl_triton.checks.gate import Options, validate_repo
@@ -61,14 +68,31 @@ def command(ctx: click.Context, repo_dir: Path | None, with_triton: bool, output
     if output == "text" and sys.stderr.isatty():
         def progress(msg: str) -> None:
             click.echo(f"… {msg}", err=True)
-    findings = validate_repo(root, Options(kubernetes_version, with_triton, not no_compat, not no_cache, changed_from),
-                             progress)
+    if (kubeconfig or kube_context) and not with_server:
+        raise InputError("--kubeconfig and --context only apply with --server")
+    server = _server_target(kubeconfig, kube_context) if with_server else None
+    findings = validate_repo(root, Options(kubernetes_version, with_triton, not no_compat, not no_cache, changed_from,
+                                           server), progress)
     if not repository.overlays:  # asked after the run, whose parse memo it reuses
         click.echo(f"note: no model overlay under {repository.layout.overlays}/ yet: only the bases and Flux objects "
                    "are checked (kubectl triton add-model NAME --backend BACKEND --gpu GPU adds one)", err=True)
     emit(findings, output, click.echo)
     if has_errors(findings):
         raise click.exceptions.Exit(1)
+
+
+def _server_target(kubeconfig: str | None, kube_context: str | None) -> Any:
+    """The API server --server applies to: the named cluster (dry run only), else an ephemeral one."""
+    from kubectl_triton.adapters import controlplane, kube
+    from kubectl_triton.checks import server
+
+    if kubeconfig or kube_context:
+        return server.Target(kube=kube.connect(kubeconfig, kube_context))
+    assets = controlplane.find_assets()
+    if assets.crds is None:
+        click.echo(f"note: {assets.source} has no CRD manifests: custom resources of charts and add-ons are "
+                   "not put to the API server (ServerNotChecked)", err=True)
+    return server.Target(ephemeral=lambda: server.ephemeral_cluster(assets), crds=server.load_crds(assets.crds))
 
 
 def _triton_available() -> bool:

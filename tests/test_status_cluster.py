@@ -1,0 +1,132 @@
+"""`kubectl triton status` end to end on a real control plane (tests/cluster.py): a model overlay of this repository
+applied as Flux applies it, the real Deployment controller and scheduler writing the conditions status reads, kwok
+running the pods; and RBAC as the real API server enforces it (the ClusterRoles of rbac/)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from kubectl_triton.adapters import kustomize
+from kubectl_triton.formats import yamlio
+from tests import cluster as real
+from tests.cluster import cluster  # noqa: F401 - fixture
+from tests.conftest import REPO
+
+NAMESPACE = "triton"
+# A real Triton 2.51 start-up failure (the python backend's initialize raising): ModelLoadFailed's example in
+# kubectl_triton/data/log_signatures.yaml, as tests/test_status_reasons.py uses it.
+TRITON_LOG = (
+    "I1202 11:13:01.100000 1 server.cc:674] \"Started GRPCInferenceService at 0.0.0.0:8001\"\n"
+    "E1202 11:13:06.647394 1 model_lifecycle.cc:642] \"failed to load 'image_classifier' version 1: Invalid "
+    "argument: unable to find 'model.onnx' in /models/image_classifier/1\"\n"
+    "I1202 11:13:06.647436 1 model_lifecycle.cc:777] \"failed to load 'image_classifier'\"\n"
+    "error: creating server: Internal - failed to load all models\n")
+
+
+def _render(rel: str) -> list[dict]:
+    result = kustomize.build(REPO / rel)
+    return [o for o in yamlio.loads_all(result.yaml, rel) if isinstance(o, dict)]
+
+
+def _crds_for(c: real.Cluster, objects: list[dict]) -> list[dict]:
+    """The CRD manifests (from the control-plane build) of the custom kinds among `objects`."""
+    from kubectl_triton.checks.server import load_crds
+
+    groups = {str(o["apiVersion"]).split("/")[0] for o in objects if "." in str(o["apiVersion"]).split("/")[0]}
+    groups -= {"rbac.authorization.k8s.io", "networking.k8s.io", "policy"}
+    crds = load_crds(c.bin.parent / "crds")
+    return [crd for g in sorted(groups) for crd in crds.get(g, [])]
+
+
+@pytest.fixture(scope="module")
+def serving(cluster: real.Cluster) -> real.Cluster:  # noqa: F811
+    """The platform (Namespace, PVC with a PV to bind), two T4 nodes and one H100 node, rbac/ applied."""
+    platform = _render("base/platform")
+    t4 = _render("overlays/image-classifier/t4")
+    cluster.apply(_crds_for(cluster, t4))
+    cluster.apply(platform)
+    cluster.apply([{"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": "model-artifacts"},
+                    "spec": {"capacity": {"storage": "500Gi"}, "accessModes": ["ReadWriteMany"],
+                             "hostPath": {"path": "/srv/model-artifacts"}, "storageClassName": "",
+                             "claimRef": {"namespace": NAMESPACE, "name": "model-artifacts"}}}])
+    for i in range(2):
+        cluster.add_gpu_node(f"t4-{i}", "Tesla-T4", 4)
+    cluster.add_gpu_node("h100-0", "NVIDIA-H100-80GB-HBM3", 8)
+    cluster.kubectl("apply", "-k", str(REPO / "rbac"))
+    cluster.apply(t4)
+    return cluster
+
+
+def _status(c: real.Cluster, *args: str, kubeconfig: Path | None = None) -> tuple[int, dict | None, str]:
+    proc = subprocess.run(["kubectl-triton", "status", "--kubeconfig", str(kubeconfig or c.admin), "-n", NAMESPACE,
+                           "--no-probe", "-o", "json", *args], capture_output=True, text=True, timeout=180)
+    doc = json.loads(proc.stdout) if proc.stdout.strip() else None
+    return proc.returncode, doc, proc.stderr
+
+
+def _model(doc: dict | None, name: str) -> dict:
+    assert doc is not None
+    return next(m for m in doc["models"] if m["model"] == name)
+
+
+def _codes(model: dict) -> list[str]:
+    return [r["code"] for r in model["reasons"]]
+
+
+def test_ready_pods_are_healthy(serving: real.Cluster):
+    rc, doc, err = _status(serving, "image-classifier", "--wait", "--timeout", "120s")
+    model = _model(doc, "image-classifier")
+    assert rc == 0 and model["phase"] == "Healthy", (err, model)
+    deployment = serving.get("deployment", "image-classifier-triton", "-n", NAMESPACE)
+    available = {c["type"]: c["status"] for c in deployment["status"]["conditions"]}
+    assert available["Available"] == "True"  # written by the real Deployment controller
+
+
+def test_unschedulable_for_want_of_the_gpu_type_names_it(serving: real.Cluster):
+    serving.apply(_render("overlays/image-classifier/l4"))  # no L4 node in this cluster
+    pods = lambda: [p for p in serving.get("pods", "-n", NAMESPACE, "-l",  # noqa: E731
+                                           "app.kubernetes.io/instance=image-classifier-l4")["items"]]
+    serving.wait_for("the scheduler to refuse the L4 pod", lambda: any(
+        c.get("reason") == "Unschedulable" for p in pods() for c in p.get("status", {}).get("conditions", [])))
+    rc, doc, err = _status(serving, "image-classifier-l4", "--unschedulable-grace", "0s")
+    model = _model(doc, "image-classifier-l4")
+    assert rc == 1 and model["phase"] == "Failed", (err, model)
+    assert _codes(model)[0] == "InsufficientGPU"
+    assert "l4" in model["reasons"][0]["message"].lower()
+
+
+def test_crash_loop_is_failed_with_the_triton_log_cause(serving: real.Cluster):
+    serving.write_logs("", TRITON_LOG)
+    serving.kubectl("patch", "deployment", "image-classifier-triton", "-n", NAMESPACE, "--type", "merge", "-p",
+                    json.dumps({"spec": {"template": {"metadata": {"labels": {real.FAULT_LABEL: "crashloop"}}}}}))
+    serving.wait_for("a crash-looping pod", lambda: any(
+        (s.get("state") or {}).get("waiting", {}).get("reason") == "CrashLoopBackOff"
+        for p in serving.get("pods", "-n", NAMESPACE, "-l", f"{real.FAULT_LABEL}=crashloop")["items"]
+        for s in p.get("status", {}).get("containerStatuses") or []))
+    rc, doc, err = _status(serving, "image-classifier")
+    model = _model(doc, "image-classifier")
+    assert rc == 1 and model["phase"] == "Failed", (err, model)
+    assert _codes(model)[0] == "ModelLoadFailed" and "CrashLoopBackOff" in _codes(model), model
+    assert "model.onnx" in model["reasons"][0]["message"]  # the line, read through pods/log from kwok's kubelet
+
+
+def test_rbac_status_role_reads_and_no_binding_is_refused(serving: real.Cluster):
+    serving.kubectl("create", "rolebinding", "ml-status", "-n", NAMESPACE, "--clusterrole=kubectl-triton-status",
+                    "--user=alice")
+    serving.kubectl("create", "rolebinding", "ml-status", "-n", "flux-system", "--clusterrole=kubectl-triton-status",
+                    "--user=alice", check=False)
+    alice = serving.user("alice", ("ml-platform-readers",))
+    rc, doc, err = _status(serving, "image-classifier", kubeconfig=alice)
+    assert doc is not None and _model(doc, "image-classifier")["phase"] in ("Healthy", "Failed", "Progressing"), err
+    assert "forbidden" not in err
+
+    mallory = serving.user("mallory")
+    rc, doc, err = _status(serving, "image-classifier", kubeconfig=mallory)
+    assert rc == 2 and doc is None
+    line = err.strip().splitlines()[0]
+    assert line.startswith("error: forbidden: list deployments.apps in namespace 'triton' was refused"), err
+    assert 'User "mallory" cannot list resource "deployments"' in line  # the real API server's words
