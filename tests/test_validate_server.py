@@ -54,9 +54,9 @@ CASES = [
     # (id, file, old, new, what static validate reports, what the API server reports, a word of its message)
     ("unknown-field-builtin", TRITON, "      terminationGracePeriodSeconds: 60",
      "      terminationGracePeriodSeconds: 60\n      terminationGraceSeconds: 60",
-     "SchemaInvalid", "ServerRejected", 'unknown field "spec.template.spec.terminationGraceSeconds"'),
+     "SchemaInvalid", "ServerRejected", ".spec.template.spec.terminationGraceSeconds: field not declared in schema"),
     ("unknown-field-crd", "base/triton/servicemonitor.yaml", "  endpoints:\n", "  endpoints:\n    - scrapeEvery: 5s\n",
-     "SchemaInvalid", "ServerRejected", "unknown field"),
+     "SchemaInvalid", "ServerRejected", "scrapeEvery: field not declared in schema"),
     ("namespace-missing", "base/platform/kustomization.yaml", "  - namespace.yaml\n", "",
      "NamespaceMissing", "ServerRejected", "namespace triton does not exist"),
     ("privileged-pod-in-restricted-namespace", TRITON, "            allowPrivilegeEscalation: false",

@@ -185,6 +185,7 @@ def _validate(root: Path, options: Options, progress: Callable[[str], None] | No
     findings += schema_findings
     # Objects that fail their schema are reported as such; the checks below only see well-formed objects.
     invalid = {(f.path, f.object) for f in schema_findings if f.code == "SchemaInvalid"}
+    as_rendered = [replace(t, objects=list(t.objects)) for t in targets]  # the API server judges them all
     for target in rendered:
         target.objects = [o for o in target.objects if isinstance(o, dict)
                           and (target.rel, schemas.object_id(o)) not in invalid]
@@ -202,7 +203,7 @@ def _validate(root: Path, options: Options, progress: Callable[[str], None] | No
     findings += convergence.check(root, targets, provides)
     if options.server is not None:
         say("applying each cluster folder to the API server (server-side dry run)")
-        findings += server_check.check(root, targets, provides, options.server)
+        findings += server_check.check(root, as_rendered, provides, options.server)
     findings += gpufacts.check(root, local)
     if cache is not None:
         cache.save_parsed(root)

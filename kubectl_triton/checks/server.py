@@ -246,8 +246,12 @@ def check_cluster(server: _Server, applied: list[convergence.Applied], provides:
         objects = convergence.effective_objects(ks)
         unavailable: dict[str, str] = {}  # group -> why its CRD could not be installed
         own = f"Kustomization {ks.name} ("  # its own CRDs are applied with its objects
+        have = before.get(ks.key, convergence.Provided())
         if not server.dry_run_only:
-            for group, source in sorted(before.get(ks.key, convergence.Provided()).groups.items()):
+            for ns, source in sorted(have.namespaces.items()):
+                if source.startswith("HelmRelease "):  # install.createNamespace: Helm creates it
+                    _ensure_namespace(server, ns)
+            for group, source in sorted(have.groups.items()):
                 if group in server.groups_installed or source == "Kubernetes" or source.startswith(own):
                     continue
                 if group not in crds:

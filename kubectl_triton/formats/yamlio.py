@@ -14,7 +14,14 @@ import yaml
 
 from kubectl_triton.errors import InputError
 
-_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
+    """The safe loader, reading a plain `=` as the string "=" as Kubernetes' YAML reader does (PyYAML resolves it
+    to YAML 1.1's value tag and has no constructor for it; real CRDs and kube-prometheus rules carry it)."""
+
+
+_Loader.add_constructor("tag:yaml.org,2002:value", yaml.SafeLoader.construct_yaml_str)
 
 
 def load_data(text: str, source: str = "<data>") -> Any:
