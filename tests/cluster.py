@@ -160,9 +160,11 @@ class Cluster:
         return self.plane.kubeconfig_for(name, groups, namespace)
 
     def write_logs(self, current: str, previous: str) -> None:
-        """What kwok's kubelet API serves as every pod's (current, previous) container log."""
-        (self.logs_dir / "current.log").write_text(current)
-        (self.logs_dir / "previous.log").write_text(previous)
+        """What kwok's kubelet API serves as every pod's (current, previous) container log, written in the CRI log
+        format a container runtime writes and the kubelet reads (`TIMESTAMP STREAM F LINE`)."""
+        for name, text in (("current.log", current), ("previous.log", previous)):
+            stamp = time.strftime("%Y-%m-%dT%H:%M:%S.000000000Z", time.gmtime())
+            (self.logs_dir / name).write_text("".join(f"{stamp} stderr F {line}\n" for line in text.splitlines()))
 
     def add_gpu_node(self, name: str, product: str, gpus: int) -> None:
         node = {"apiVersion": "v1", "kind": "Node",
@@ -179,6 +181,9 @@ class Cluster:
                                            "nvidia.com/gpu": str(gpus), "ephemeral-storage": "2Ti"}}}
         self.kubectl("create", "-f", "-", input=json.dumps(node))
         self.nodes.append(name)
+        # TaintNodesByCondition admission puts not-ready on a new node; the node lifecycle controller (off here:
+        # kwok's nodes send no kubelet heartbeats) would lift it once the node is Ready.
+        self.kubectl("taint", "nodes", name, "node.kubernetes.io/not-ready:NoSchedule-", check=False)
         self.wait_for(f"node {name} Ready", lambda: any(
             c["type"] == "Ready" and c["status"] == "True"
             for c in self.get("node", name).get("status", {}).get("conditions", [])))

@@ -15,7 +15,6 @@ import yaml
 from kubectl_triton.errors import InputError
 
 
-
 class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
     """The safe loader, reading a plain `=` as the string "=" as Kubernetes' YAML reader does (PyYAML resolves it
     to YAML 1.1's value tag and has no constructor for it; real CRDs and kube-prometheus rules carry it)."""

@@ -11,6 +11,7 @@ import re
 from collections.abc import Iterable
 from datetime import datetime, timezone
 
+from kubectl_triton.compat import catalog
 from kubectl_triton.status import signatures
 from kubectl_triton.status.model import (
     FAILED,
@@ -47,6 +48,8 @@ _CONFIG_ERRORS = {"CreateContainerConfigError", "CreateContainerError"}
 _CRASH_WAITING = {"CrashLoopBackOff", "RunContainerError", "Error"}
 _SELECTOR_MISMATCH = re.compile(r"didn't match (pod's )?node (affinity|selector)|untolerated taint|"
                                 r"didn't tolerate|node\(s\) had taint|didn't match pod affinity", re.I)
+_AFFINITY_MISMATCH = re.compile(r"didn't match (pod's )?node (affinity|selector)", re.I)
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"  # GPU feature discovery's label, which the GPU Components select
 _FLUX_PROGRESSING = {"Progressing", "ProgressingWithRetry", "DependencyNotReady"}
 _FLUX_RETRYING = {"HealthCheckFailed"}  # Flux retries; the pod-level reasons say why
 _HPA_METRIC_FAILURES = re.compile(r"FailedGet.*Metric|InvalidMetricSourceType|FailedComputeMetricsReplicas")
@@ -490,13 +493,39 @@ def _scheduling_reasons(pod: dict, events: list[dict], now: datetime, grace: flo
     hopeless = waited >= grace and not scaling_up
     sev = SEV_FAILED if hopeless else SEV_PROGRESSING
     when = f"unschedulable for {int(waited)}s" + (" (cluster autoscaler is adding a node)" if scaling_up else "")
+    products = _gpu_products(pod)
     if "nvidia.com/gpu" in message and "Insufficient" in message:
         code = "InsufficientGPU"
+    elif products and _AFFINITY_MISMATCH.search(message) and "Insufficient" not in message:
+        return [reason("GPUTypeUnavailable", f"pod {name} {when}: no node of GPU type {_gpu_names(products)} "
+                       f"(the pod's nvidia.com/gpu.product); scheduler: {message.strip()}", sev, terminal=hopeless)]
     elif _SELECTOR_MISMATCH.search(message) and "Insufficient" not in message:
         code = "NoMatchingNode"
     else:
         code = "Unschedulable"
     return [reason(code, f"pod {name} {when}: {message.strip()}", sev, terminal=hopeless)]
+
+
+def _gpu_products(pod: dict) -> list[str]:
+    """The GPU products (nvidia.com/gpu.product values) a pod's nodeSelector or required node affinity demands."""
+    spec = pod.get("spec") or {}
+    found = [str(v) for k, v in (spec.get("nodeSelector") or {}).items() if k == GPU_PRODUCT_LABEL]
+    required = (((spec.get("affinity") or {}).get("nodeAffinity") or {})
+                .get("requiredDuringSchedulingIgnoredDuringExecution") or {})
+    for term in required.get("nodeSelectorTerms") or []:
+        for expr in (term or {}).get("matchExpressions") or []:
+            if expr.get("key") == GPU_PRODUCT_LABEL and expr.get("operator") == "In":
+                found += [str(v) for v in expr.get("values") or []]
+    return list(dict.fromkeys(found))
+
+
+def _gpu_names(products: list[str]) -> str:
+    """`NVIDIA-L4 (l4)`: each product label with its catalog type where the catalog knows it."""
+    named = []
+    for product in products:
+        gpu = catalog.by_gfd_label(product)
+        named.append(f"{product} ({gpu.key})" if gpu is not None else product)
+    return " or ".join(named)
 
 
 def _container_reasons(pod: dict, cs: dict, init: bool, events: list[dict], snap: Snapshot) -> list[Reason]:

@@ -21,6 +21,9 @@ FIXES: dict[str, str] = {
                         "(imagePullSecrets for nvcr.io need an NGC API key).",
     "InsufficientGPU": "No node has a free nvidia.com/gpu: lower replicas or GPUs per pod, free GPUs, or add GPU "
                        "nodes (check the cluster autoscaler's node group for this GPU type).",
+    "GPUTypeUnavailable": "No node of the GPU type the overlay selects: add a node pool of that type (its "
+                          "nodes labelled nvidia.com/gpu.product by GPU feature discovery), or deploy the model's "
+                          "overlay for a GPU type the cluster has (`kubectl triton gpus` lists them).",
     "NoMatchingNode": "No node matches the pod's nodeSelector/affinity or tolerates its taints: fix the "
                       "selector or tolerations in the overlay, or label/taint the GPU nodes accordingly.",
     "Unschedulable": "Read the scheduler's message; free the named resource or relax the pod's constraints.",
