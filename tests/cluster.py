@@ -166,6 +166,40 @@ class Cluster:
             stamp = time.strftime("%Y-%m-%dT%H:%M:%S.000000000Z", time.gmtime())
             (self.logs_dir / name).write_text("".join(f"{stamp} stderr F {line}\n" for line in text.splitlines()))
 
+    def ensure_gpu_nodes(self) -> None:
+        """Two T4 nodes and one H100 node (the GPU types the tests' overlays select), once per cluster."""
+        have = {n["metadata"]["name"] for n in self.get("nodes")["items"]}
+        for name, product, gpus in (("t4-0", "Tesla-T4", 4), ("t4-1", "Tesla-T4", 4),
+                                    ("h100-0", "NVIDIA-H100-80GB-HBM3", 8)):
+            if name not in have:
+                self.add_gpu_node(name, product, gpus)
+
+    def ensure_artifacts_volume(self) -> None:
+        """A PersistentVolume for base/platform's model-artifacts claim (what the cluster's storage provides)."""
+        self.apply([{"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": "model-artifacts"},
+                     "spec": {"capacity": {"storage": "500Gi"}, "accessModes": ["ReadWriteMany"],
+                              "hostPath": {"path": "/srv/model-artifacts"}, "storageClassName": "",
+                              "claimRef": {"namespace": "triton", "name": "model-artifacts"}}}])
+
+    def start_flux(self) -> None:
+        """Flux's source-controller and kustomize-controller, outside the cluster as a developer runs them."""
+        if any(p.name == "source-controller" for p in self.plane.processes):
+            return
+        storage = self.plane.dir / "flux-storage"
+        storage.mkdir(exist_ok=True)
+        port = controlplane.free_port()
+        env = {"KUBECONFIG": str(self.admin), "RUNTIME_NAMESPACE": "flux-system"}
+        common = ["--enable-leader-election=false", "--watch-all-namespaces=true", "--log-level=info"]
+        self.plane.spawn("source-controller", [
+            str(self.bin / "source-controller"), *common, "--storage-path", str(storage),
+            "--storage-addr", f"127.0.0.1:{port}", "--storage-adv-addr", f"127.0.0.1:{port}",
+            "--metrics-addr", f"127.0.0.1:{controlplane.free_port()}",
+            "--health-addr", f"127.0.0.1:{controlplane.free_port()}"], env)
+        self.plane.spawn("kustomize-controller", [
+            str(self.bin / "kustomize-controller"), *common, "--requeue-dependency=5s",
+            "--metrics-addr", f"127.0.0.1:{controlplane.free_port()}",
+            "--health-addr", f"127.0.0.1:{controlplane.free_port()}"], env)
+
     def add_gpu_node(self, name: str, product: str, gpus: int) -> None:
         node = {"apiVersion": "v1", "kind": "Node",
                 "metadata": {"name": name, "annotations": {"node.alpha.kubernetes.io/ttl": "0",
@@ -187,6 +221,16 @@ class Cluster:
         self.wait_for(f"node {name} Ready", lambda: any(
             c["type"] == "Ready" and c["status"] == "True"
             for c in self.get("node", name).get("status", {}).get("conditions", [])))
+
+
+def crds(c: Cluster, groups: list[str]) -> list[dict]:
+    """The CRD manifests of `groups` from the control-plane build (crds/ beside bin/)."""
+    from kubectl_triton.checks.server import load_crds
+
+    found = load_crds(c.bin.parent / "crds")
+    missing = [g for g in groups if g not in found]
+    assert not missing, f"no CRD manifests for {missing} in {c.bin.parent / 'crds'} (make controlplane)"
+    return [crd for g in groups for crd in found[g]]
 
 
 def _kwok_config(cluster_dir: Path, stages_dir: Path | None, logs_dir: Path) -> Path:

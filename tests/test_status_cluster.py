@@ -51,13 +51,8 @@ def serving(cluster: real.Cluster) -> real.Cluster:  # noqa: F811
     cluster.apply(_crds_for(cluster, t4 + flux) + [{"apiVersion": "v1", "kind": "Namespace",
                                                       "metadata": {"name": "flux-system"}}])
     cluster.apply(platform)
-    cluster.apply([{"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": "model-artifacts"},
-                    "spec": {"capacity": {"storage": "500Gi"}, "accessModes": ["ReadWriteMany"],
-                             "hostPath": {"path": "/srv/model-artifacts"}, "storageClassName": "",
-                             "claimRef": {"namespace": NAMESPACE, "name": "model-artifacts"}}}])
-    for i in range(2):
-        cluster.add_gpu_node(f"t4-{i}", "Tesla-T4", 4)
-    cluster.add_gpu_node("h100-0", "NVIDIA-H100-80GB-HBM3", 8)
+    cluster.ensure_artifacts_volume()
+    cluster.ensure_gpu_nodes()
     cluster.kubectl("apply", "-k", str(REPO / "rbac"))
     cluster.apply(t4)
     return cluster

@@ -9,7 +9,9 @@ CA for serving and client certificates, a client certificate per user (`kubeconf
 
 from __future__ import annotations
 
+import base64
 import datetime
+import ipaddress
 import os
 import shutil
 import socket
@@ -118,8 +120,6 @@ class _CA:
     def issue(self, common_name: str, organizations: Sequence[str] = (), *, server: bool = False
               ) -> tuple[bytes, bytes]:
         """PEM certificate and key signed by this CA (a serving certificate for 127.0.0.1 when `server`)."""
-        import ipaddress
-
         from cryptography import x509
         from cryptography.hazmat.primitives import hashes, serialization
         from cryptography.hazmat.primitives.asymmetric import ec
@@ -326,8 +326,6 @@ class ControlPlane:
 
     def kubeconfig_for(self, user: str, groups: Sequence[str] = (), namespace: str | None = None) -> Path:
         """A kubeconfig file authenticating as `user` (member of `groups`) with a client certificate."""
-        import base64
-
         import yaml
 
         assert self._ca is not None, "start() first"

@@ -18,6 +18,8 @@ Two targets (`Target`):
 
 from __future__ import annotations
 
+import json
+import re
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -25,6 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kubectl_triton.adapters import kube as kube_adapter
+from kubectl_triton.adapters.controlplane import ControlPlane
 from kubectl_triton.adapters.kube import HttpError, Kube
 from kubectl_triton.checks.findings import Finding
 from kubectl_triton.checks.manifests import convergence
@@ -180,8 +184,6 @@ class _Server:
 
 
 def _message(err: HttpError) -> str:
-    import json
-
     body = err.body.decode("utf-8", "replace") if isinstance(err.body, bytes) else str(err.body or "")
     try:
         doc = json.loads(body)
@@ -197,8 +199,6 @@ def _rbac_denial(err: HttpError) -> bool:
 
 
 def _missing_namespace(err: HttpError) -> str | None:
-    import re
-
     if err.status != 404:
         return None
     match = re.search(r'namespaces "([^"]+)" not found', _message(err))
@@ -328,16 +328,11 @@ def _judge(server: _Server, ks: convergence.Applied, obj: dict, unavailable: dic
 @contextmanager
 def ephemeral_cluster(assets: Any) -> Iterator[Kube]:
     """A fresh etcd and kube-apiserver from `assets` (adapters.controlplane.Assets), connected as an admin."""
-    from kubectl_triton.adapters import kube as kube_adapter
-    from kubectl_triton.adapters.controlplane import ControlPlane
-
     with ControlPlane(assets) as plane:
         yield kube_adapter.connect(str(plane.kubeconfig_for("validate-server", ["system:masters"])))
 
 
 def _warnings(server: _Server, ks: convergence.Applied, obj: dict, warnings: list[str]) -> Iterator[Finding]:
-    import re
-
     oid = object_id(obj)
     for text in warnings:
         policy = re.match(r'would violate PodSecurity "([a-z]+):[^"]*"', text)
