@@ -13,6 +13,7 @@ import pytest
 from kubectl_triton.adapters import kustomize
 from kubectl_triton.formats import yamlio
 from tests import cluster as real
+from tests.apiserver import APIServer
 from tests.cluster import cluster  # noqa: F401 - fixture
 from tests.conftest import REPO
 
@@ -114,7 +115,7 @@ def test_crash_loop_is_failed_with_the_triton_log_cause(serving: real.Cluster):
     assert "model.onnx" in model["reasons"][0]["message"]  # the line, read through pods/log from kwok's kubelet
 
 
-def test_rbac_status_role_reads_and_no_binding_is_refused(serving: real.Cluster):
+def test_rbac_status_role_reads_and_no_binding_is_refused(serving: real.Cluster, tmp_path: Path):
     serving.kubectl("create", "rolebinding", "ml-status", "-n", NAMESPACE, "--clusterrole=kubectl-triton-status",
                     "--user=alice")
     serving.kubectl("create", "rolebinding", "ml-status", "-n", "flux-system", "--clusterrole=kubectl-triton-status",
@@ -130,3 +131,44 @@ def test_rbac_status_role_reads_and_no_binding_is_refused(serving: real.Cluster)
     line = err.strip().splitlines()[0]
     assert line.startswith("error: forbidden: list deployments.apps in namespace 'triton' was refused"), err
     assert 'User "mallory" cannot list resource "deployments"' in line  # the real API server's words
+
+    # tests/apiserver.py (kept for faults a real server cannot be made to produce) words it the same way.
+    with APIServer() as fake:
+        fake.cluster.rbac_rules, fake.cluster.user = [], "mallory"
+        fake_rc, fake_doc, fake_err = _status(serving, "image-classifier",
+                                              kubeconfig=fake.kubeconfig(tmp_path, namespace=NAMESPACE))
+    assert (fake_rc, fake_doc, fake_err.strip().splitlines()[0]) == (rc, doc, line)
+
+
+def test_validate_server_on_a_cluster_context_dry_runs_and_names_an_immutable_selector(
+        serving: real.Cluster, run_cli, repo_copy: Path):
+    """`validate --server --kubeconfig` as a member of kubectl-triton:validate-server (rbac/): the cluster holds
+    image-classifier's Deployment; a change of its selector is what only the API server can refuse."""
+    bob = serving.user("bob", ("kubectl-triton:validate-server",))
+    before = serving.get("deployment", "image-classifier-triton", "-n", NAMESPACE)["metadata"]["resourceVersion"]
+    kustomization = repo_copy / "overlays/image-classifier/l4/kustomization.yaml"  # what production applies
+    kustomization.write_text(kustomization.read_text().replace(
+        "app.kubernetes.io/instance: image-classifier", "app.kubernetes.io/instance: image-classifier-t4"))
+    result = run_cli("validate", str(repo_copy), "--server", "--kubeconfig", str(bob), "-o", "json")
+    assert result.exit_code == 1, result.stderr
+    findings = json.loads(result.stdout)["findings"]
+    immutable = [f for f in findings if f["code"] == "ServerRejected" and "field is immutable" in f["message"]
+                 and f["object"] == "Deployment/triton/image-classifier-triton"]
+    assert immutable, [f["message"] for f in findings if f["code"].startswith("Server")]
+    assert "spec.selector" in immutable[0]["message"]
+    # What the repository itself creates and this cluster lacks yet is not judged, and not called an error.
+    refused = [f for f in findings if f["code"] == "ServerRejected" and f not in immutable]
+    assert not refused, [f["message"] for f in refused]
+    # The static gate has no prior state to compare a selector with: it passes the same change.
+    static = json.loads(run_cli("validate", str(repo_copy), "-o", "json").stdout)["findings"]
+    assert not [f for f in static if f["object"] == "Deployment/triton/image-classifier-triton"
+                and f["severity"] == "error"]
+    # Nothing was written, and the group cannot write for real: the admission policy of rbac/ refuses it.
+    after = serving.get("deployment", "image-classifier-triton", "-n", NAMESPACE)["metadata"]["resourceVersion"]
+    assert before == after
+    config = json.dumps({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "bob", "namespace": NAMESPACE}})
+    dry = serving.kubectl("apply", "--dry-run=server", "-f", "-", input=config, kubeconfig=bob, check=False)
+    assert dry.returncode == 0, dry.stderr
+    real_write = serving.kubectl("apply", "-f", "-", input=config, kubeconfig=bob, check=False)
+    assert real_write.returncode != 0
+    assert "kubectl-triton:validate-server may only dry-run" in real_write.stderr

@@ -235,7 +235,7 @@ def check_cluster(server: _Server, applied: list[convergence.Applied], provides:
     """Apply one cluster folder's Kustomizations to `server`, in order; the server's refusals as findings."""
     out: list[Finding] = []
     before = convergence.provisions(applied, provides, flux_namespace)
-    created_here: dict[str, str] = {}  # namespace or group -> the Kustomization of this repository creating it
+    created_here: dict[str, str] = {}  # namespace or group -> what creates it (this repository, flux bootstrap)
     if not server.dry_run_only:
         _ensure_namespace(server, flux_namespace)
         for ns in provides.namespaces:
@@ -263,6 +263,13 @@ def check_cluster(server: _Server, applied: list[convergence.Applied], provides:
                         unavailable[group] = f"{source}; its CRD was refused: {_message(refused)}"
         first = [o for o in objects if o.get("kind") in FIRST]
         rest = [o for o in objects if o.get("kind") not in FIRST]
+        if server.dry_run_only:  # what the repository (or flux bootstrap) makes that this cluster may lack yet
+            for ns, source in have.namespaces.items():
+                if source != "Kubernetes":
+                    created_here.setdefault(ns, source)
+            for group, source in have.groups.items():
+                if source != "Kubernetes":
+                    created_here.setdefault(group, source)
         for obj in first + rest:
             out.extend(_judge(server, ks, obj, unavailable, created_here))
             if obj.get("kind") == "Namespace":
@@ -301,7 +308,7 @@ def _judge(server: _Server, ks: convergence.Applied, obj: dict, unavailable: dic
         elif server.dry_run_only and group in created_here:
             yield SERVER_NOT_CHECKED.finding(
                 f"{_where(ks)}: {oid} not put to the API server: the cluster has no {group} CRD yet "
-                f"(this repository installs it in {created_here[group]})", path=ks.path, object=oid)
+                f"(installed by {created_here[group]})", path=ks.path, object=oid)
         else:
             yield SERVER_REJECTED.finding(
                 f"{_where(ks)}: the API server serves no {obj.get('kind')} in {api_version}: no CRD of that "
@@ -316,7 +323,7 @@ def _judge(server: _Server, ks: convergence.Applied, obj: dict, unavailable: dic
     if namespace is not None and server.dry_run_only and namespace in created_here:
         yield SERVER_NOT_CHECKED.finding(
             f"{_where(ks)}: {oid} not put to the API server: namespace {namespace} does not exist on the cluster "
-            f"yet (this repository creates it in {created_here[namespace]})", path=ks.path, object=oid)
+            f"yet (created by {created_here[namespace]})", path=ks.path, object=oid)
         return
     message = _message(result)
     if namespace is not None:
