@@ -160,27 +160,37 @@ class _Server:
 
     def install_crd(self, crd: dict) -> HttpError | None:
         """Apply a CRD for real (ephemeral clusters only) and wait until the server serves its kinds."""
-        result = self.apply(crd, dry_run=False)
-        if isinstance(result, HttpError) or result is None:
-            return result
-        group = str((crd.get("spec") or {}).get("group"))
-        name = str((crd.get("metadata") or {}).get("name"))
+        return self.install_crds([crd]).get(str((crd.get("metadata") or {}).get("name")))
+
+    def install_crds(self, crds: list[dict]) -> dict[str, HttpError]:
+        """Apply CRDs for real, all first, then wait until the server serves each; the refused ones by name."""
+        refused: dict[str, HttpError] = {}
+        applied = []
+        for crd in crds:
+            result = self.apply(crd, dry_run=False)
+            if isinstance(result, HttpError):
+                refused[str((crd.get("metadata") or {}).get("name"))] = result
+            elif result is not None:
+                applied.append(crd)
         deadline = time.monotonic() + CRD_ESTABLISH_TIMEOUT
-        while time.monotonic() < deadline:
-            doc = self.kube.get_path(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}", name)
-            conditions = {} if isinstance(doc, HttpError) else {
-                c.get("type"): c.get("status") for c in (doc.get("status") or {}).get("conditions") or []}
-            if conditions.get("Established") == "True":
-                break
-            time.sleep(0.1)
-        self.forget(group)
-        kind = str(((crd.get("spec") or {}).get("names") or {}).get("kind"))
-        served = [v["name"] for v in (crd.get("spec") or {}).get("versions") or [] if v.get("served")]
-        while served and time.monotonic() < deadline and self.resource(f"{group}/{served[0]}", kind) is None:
+        for crd in applied:
+            group = str((crd.get("spec") or {}).get("group"))
+            name = str((crd.get("metadata") or {}).get("name"))
+            while time.monotonic() < deadline:
+                doc = self.kube.get_path(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}", name)
+                conditions = {} if isinstance(doc, HttpError) else {
+                    c.get("type"): c.get("status") for c in (doc.get("status") or {}).get("conditions") or []}
+                if conditions.get("Established") == "True":
+                    break
+                time.sleep(0.05)
             self.forget(group)
-            time.sleep(0.1)
-        self.groups_installed.add(group)
-        return None
+            kind = str(((crd.get("spec") or {}).get("names") or {}).get("kind"))
+            served = [v["name"] for v in (crd.get("spec") or {}).get("versions") or [] if v.get("served")]
+            while served and time.monotonic() < deadline and self.resource(f"{group}/{served[0]}", kind) is None:
+                self.forget(group)
+                time.sleep(0.05)
+            self.groups_installed.add(group)
+        return refused
 
 
 def _message(err: HttpError) -> str:
@@ -246,6 +256,7 @@ def check_cluster(server: _Server, applied: list[convergence.Applied], provides:
         objects = convergence.effective_objects(ks)
         unavailable: dict[str, str] = {}  # group -> why its CRD could not be installed
         own = f"Kustomization {ks.name} ("  # its own CRDs are applied with its objects
+        wanted: dict[str, str] = {}  # group -> who installs it, for the CRDs installed before this Kustomization
         have = before.get(ks.key, convergence.Provided())
         if not server.dry_run_only:
             for ns, source in sorted(have.namespaces.items()):
@@ -257,10 +268,10 @@ def check_cluster(server: _Server, applied: list[convergence.Applied], provides:
                 if group not in crds:
                     unavailable[group] = source
                     continue
-                for crd in crds[group]:
-                    refused = server.install_crd(crd)
-                    if refused is not None:
-                        unavailable[group] = f"{source}; its CRD was refused: {_message(refused)}"
+                wanted[group] = source
+            for name, refusal in server.install_crds([c for g in wanted for c in crds[g]]).items():
+                group = name.split(".", 1)[1] if "." in name else name
+                unavailable[group] = f"{wanted.get(group, group)}; its CRD {name} was refused: {_message(refusal)}"
         first = [o for o in objects if o.get("kind") in FIRST]
         rest = [o for o in objects if o.get("kind") not in FIRST]
         if server.dry_run_only:  # what the repository (or flux bootstrap) makes that this cluster may lack yet
