@@ -115,6 +115,75 @@ def test_crash_loop_is_failed_with_the_triton_log_cause(serving: real.Cluster):
     assert "model.onnx" in model["reasons"][0]["message"]  # the line, read through pods/log from kwok's kubelet
 
 
+def _patch_template_label(c: real.Cluster, fault: str) -> None:
+    c.kubectl("patch", "deployment", "image-classifier-triton", "-n", NAMESPACE, "--type", "merge", "-p",
+              json.dumps({"spec": {"template": {"metadata": {"labels": {real.FAULT_LABEL: fault}}}}}))
+
+
+def test_oom_killed_pods_are_failed_with_the_memory_limit_named(serving: real.Cluster):
+    serving.write_logs("", "")
+    _patch_template_label(serving, "oom")
+    serving.wait_for("an OOM-killed pod", lambda: any(
+        ((s.get("lastState") or {}).get("terminated") or {}).get("reason") == "OOMKilled"
+        for p in serving.get("pods", "-n", NAMESPACE, "-l", f"{real.FAULT_LABEL}=oom")["items"]
+        for s in p.get("status", {}).get("containerStatuses") or []))
+    rc, doc, err = _status(serving, "image-classifier")
+    model = _model(doc, "image-classifier")
+    assert rc == 1 and model["phase"] == "Failed", (err, model)
+    assert "OOMKilled" in _codes(model), model
+    oom = next(r for r in model["reasons"] if r["code"] == "OOMKilled")
+    assert "resources.limits.memory" in oom["fix"], oom
+
+
+def test_rollout_stuck_on_its_progress_deadline_is_failed(serving: real.Cluster):
+    """The real Deployment controller, not a fixture, writes Progressing=False/ProgressDeadlineExceeded."""
+    serving.kubectl("patch", "deployment", "image-classifier-triton", "-n", NAMESPACE, "--type", "merge", "-p",
+                    json.dumps({"spec": {"progressDeadlineSeconds": 3}}))
+    _patch_template_label(serving, "crashloop")
+    serving.wait_for("the Deployment controller to give up on the rollout", lambda: any(
+        c.get("type") == "Progressing" and c.get("reason") == "ProgressDeadlineExceeded"
+        for c in serving.get("deployment", "image-classifier-triton", "-n", NAMESPACE)["status"]["conditions"]))
+    rc, doc, err = _status(serving, "image-classifier")
+    model = _model(doc, "image-classifier")
+    assert rc == 1 and model["phase"] == "Failed", (err, model)
+    assert "ProgressDeadlineExceeded" in _codes(model), model
+    deadline = next(r for r in model["reasons"] if r["code"] == "ProgressDeadlineExceeded")
+    assert "made no progress for 3s" in deadline["message"], deadline
+
+
+def test_lists_are_paged_by_the_real_server_as_by_the_stand_in(serving: real.Cluster, tmp_path: Path):
+    """limit/continue as the real API server does them: every page but the last carries a continue token, and
+    paging gives the same objects as one request; tests/apiserver.py pages the same objects the same way."""
+    from kubectl_triton.adapters import kube as kube_mod
+
+    kube = kube_mod.connect(str(serving.admin))
+    whole, _ = kube.list("pods", NAMESPACE, page_size=0)
+    assert len(whole) >= 2, [p["metadata"]["name"] for p in whole]
+    pages = []
+    original = kube._json
+
+    def record(resp, request="request"):
+        doc = original(resp, request)
+        pages.append(doc)
+        return doc
+
+    kube._json = record  # type: ignore[method-assign]
+    paged, _ = kube.list("pods", NAMESPACE, page_size=1)
+    assert [p["metadata"]["name"] for p in paged] == [p["metadata"]["name"] for p in whole]
+    assert len(pages) == len(whole) and all(d["metadata"].get("continue") for d in pages[:-1])
+    assert not pages[-1]["metadata"].get("continue")
+    assert all(d["metadata"].get("remainingItemCount") == len(whole) - i - 1 for i, d in enumerate(pages[:-1]))
+
+    with APIServer() as fake:
+        for p in whole:
+            fake.cluster.apply({k: v for k, v in p.items() if k != "status"} | {"status": p.get("status", {})})
+        fake_kube = kube_mod.connect(str(fake.kubeconfig(tmp_path, namespace=NAMESPACE)))
+        fake_paged, _ = fake_kube.list("pods", NAMESPACE, page_size=1)
+        fake_pages = [r.path for r in fake.cluster.requests if r.verb == "list"]
+    assert sorted(p["metadata"]["name"] for p in fake_paged) == sorted(p["metadata"]["name"] for p in whole)
+    assert len(fake_pages) == len(pages) and sum("continue=" in p for p in fake_pages) == len(pages) - 1
+
+
 def test_rbac_status_role_reads_and_no_binding_is_refused(serving: real.Cluster, tmp_path: Path):
     serving.kubectl("create", "rolebinding", "ml-status", "-n", NAMESPACE, "--clusterrole=kubectl-triton-status",
                     "--user=alice")
