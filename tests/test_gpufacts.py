@@ -111,14 +111,47 @@ def test_quantization_against_compute_capability(gpu, quant, refused):
     assert ("QuantizationUnsupported" in found) is refused
 
 
-def test_gpus_per_node_comes_from_the_catalog_and_is_skipped_where_servers_vary():
+def test_every_gpu_type_has_an_upper_bound_on_gpus_per_node_with_its_source():
     catalog = load("gpus.yaml")["gpus"]
-    assert catalog["h200"]["gpus_per_node"] == 8
-    with_count = {k for k, e in catalog.items() if "gpus_per_node" in e}
-    assert with_count and all(isinstance(catalog[k]["gpus_per_node"], int) for k in with_count)
-    unknown = next(k for k in catalog if k not in with_count)  # PCIe cards: servers vary, no finding
-    assert [f.code for f in check_placement(_placement(unknown, 64), None, "D/t/m")] == []
+    for key, entry in catalog.items():
+        bound = entry.get("max_gpus_per_node")
+        assert isinstance(bound, int) and bound >= 1, key
+        assert str(entry.get("max_gpus_per_node_source", "")).startswith("https://"), key
+        assert bound >= entry.get("gpus_per_node", 1), key  # the usual server never exceeds the largest
     assert [f.code for f in check_placement(_placement("h200", 9), None, "D/t/m")] == ["GPUsPerNodeExceeded"]
+    pcie = [k for k, e in catalog.items() if "gpus_per_node" not in e]  # servers vary: the largest one bounds
+    assert pcie and all(
+        [f.code for f in check_placement(_placement(k, catalog[k]["max_gpus_per_node"] + 1), None, "D/t/m")]
+        == ["GPUsPerNodeExceeded"] for k in pcie)
+    assert all(list(check_placement(_placement(k, catalog[k]["max_gpus_per_node"]), None, "D/t/m")) == []
+               for k in pcie)
+
+
+def test_sixteen_l4_per_pod_is_refused_and_the_layout_file_sets_the_clusters_node_size(run_cli, repo_copy: Path):
+    # The reproduction: overlays/gpus/l4/gpu.yaml asking for 16 GPUs passed the gate.
+    _edit(repo_copy / "overlays/gpus/l4/gpu.yaml", "nvidia.com/gpu: 1", "nvidia.com/gpu: 16")
+    found = _errors(run_cli, repo_copy, "GPUsPerNodeExceeded")
+    assert {(f["path"], f["object"]) for f in found} >= {("overlays/image-classifier/l4",
+                                                          "Deployment/triton/image-classifier-triton")}
+    message = found[0]["message"]
+    assert "nvidia.com/gpu: 16" in message and "at most 8 GPUs (https://" in message
+    assert "gpus/l4/gpusPerNode in kubectl-triton.yaml" in message
+    layout = repo_copy / "kubectl-triton.yaml"
+    original = layout.read_text()
+    layout.write_text(original + "gpus:\n  l4:\n    gpusPerNode: 16\n")  # this fleet's own (hypothetical) nodes
+    assert _errors(run_cli, repo_copy, "GPUsPerNodeExceeded") == []
+    layout.write_text(original + "gpus:\n  l4:\n    gpusPerNode: 4\n")  # smaller than the largest cloud node
+    _edit(repo_copy / "overlays/gpus/l4/gpu.yaml", "nvidia.com/gpu: 16", "nvidia.com/gpu: 6")
+    found = _errors(run_cli, repo_copy, "GPUsPerNodeExceeded")
+    assert found and "at most 4 GPUs (kubectl-triton.yaml gpus/l4/gpusPerNode)" in found[0]["message"]
+
+
+def test_a_partial_entry_for_an_unknown_gpu_type_is_a_layout_error(run_cli, repo_copy: Path):
+    layout = repo_copy / "kubectl-triton.yaml"
+    layout.write_text(layout.read_text() + "gpus:\n  mi300x:\n    gpusPerNode: 8\n")
+    result = run_cli("validate", str(repo_copy), "-o", "json")
+    found = [f for f in json.loads(result.stdout)["findings"] if f["code"] == "LayoutInvalid"]
+    assert found and "gpus/mi300x: 'product' is a required property" in found[0]["message"], result.stdout[:500]
 
 
 def test_helpers():

@@ -168,8 +168,8 @@ def test_group_checks_catch_what_keeps_a_group_from_starting(example):
         _group(objs)[t]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = 16
     _group(objs)["size"] = 1
     found = _codes(objs)
-    assert ("MultinodeNodeShape", "each pod asks for 16 GPUs but a h100-80gb node has 8: no node can host a pod of "
-            "the group and it stays Pending") in found
+    assert ("MultinodeNodeShape", "each pod asks for 16 GPUs but a h100-80gb node has at most 8: no node can host a "
+            "pod of the group and it stays Pending") in found
 
     objs = copy.deepcopy(example)
     _group(objs)["workerTemplate"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = 4

@@ -34,7 +34,7 @@ from kubectl_triton.checks.registry import register
 from kubectl_triton.compat.repo_check import check_metadata, check_repo
 from kubectl_triton.errors import RenderError, TritonCtlError
 from kubectl_triton.formats import schemas, yamlio
-from kubectl_triton.gitops import assembly, inputs, repo
+from kubectl_triton.gitops import assembly, inputs, repo, workloads
 from kubectl_triton.gitops.labels import INSTANCE_LABEL
 from kubectl_triton.gitops.layout import LAYOUT_FILE, ClusterProvides, LayoutError, read_cluster_provides
 from kubectl_triton.gitops.model import Layout, Repository
@@ -456,10 +456,8 @@ def strict_model_config(objects: list[dict]) -> bool:
     deprecated predecessor set to true)? Triton's default is auto-complete on."""
     strict = False
     for obj in objects:
-        if obj.get("kind") not in ("Deployment", "LeaderWorkerSet"):
-            continue
-        for template in convergence.pod_templates(obj):
-            for container in (template.get("spec") or {}).get("containers") or []:
+        for template in workloads.templates(obj) if obj.get("kind") in workloads.SERVING_KINDS else []:
+            for container in template.spec.get("containers") or []:
                 words = [str(w) for w in (container.get("command") or []) + (container.get("args") or [])]
                 if not any("tritonserver" in w for w in words):
                     continue
@@ -474,9 +472,11 @@ def strict_model_config(objects: list[dict]) -> bool:
 
 
 def _instance(objects: list[dict]) -> str | None:
+    """The model (instance label) the overlay's serving workload serves."""
     for obj in objects:
-        if obj.get("kind") == "Deployment":
-            return ((obj.get("metadata") or {}).get("labels") or {}).get(INSTANCE_LABEL)
+        if obj.get("kind") in workloads.SERVING_KINDS:
+            return workloads.labels(obj).get(INSTANCE_LABEL) or \
+                ((obj.get("metadata") or {}).get("labels") or {}).get(INSTANCE_LABEL)
     return None
 
 

@@ -21,11 +21,19 @@ class GPU:
     family: str
     name: str = ""  # what people call it ("NVIDIA L4 24 GB"); the header comment of its GPU Component
     gpus_per_node: int | None = None  # GPUs of the usual server (HGX baseboard: 8); None where servers vary
+    max_gpus_per_node: int | None = None  # the most one node has: the largest node we can name (its source below)
+    max_source: str = ""  # where max_gpus_per_node comes from (a URL, or the layout file's key)
 
     @property
     def label(self) -> str:
         """The canonical GFD product label."""
         return self.gfd_products[0]
+
+    @property
+    def node_limit(self) -> int | None:
+        """The most GPUs of this type one node can have: the layout file's count for the repository's clusters,
+        else the catalog's largest known node, else the usual server's."""
+        return self.max_gpus_per_node or self.gpus_per_node
 
 
 def cc_tuple(cc: str | None) -> tuple[int, int] | None:
@@ -49,7 +57,9 @@ def bundled() -> dict[str, GPU]:
                        compute_capability=str(entry["compute_capability"]),
                        memory_mib=int(entry["memory_mib"]), family=str(entry["family"]),
                        name=str(entry.get("name") or entry["gfd_products"][0]),
-                       gpus_per_node=int(entry["gpus_per_node"]) if entry.get("gpus_per_node") else None)
+                       gpus_per_node=int(entry["gpus_per_node"]) if entry.get("gpus_per_node") else None,
+                       max_gpus_per_node=int(entry["max_gpus_per_node"]) if entry.get("max_gpus_per_node") else None,
+                       max_source=str(entry.get("max_gpus_per_node_source") or ""))
     return out
 
 

@@ -169,7 +169,8 @@ def target_for(placement: Placement, model: ModelInfo) -> Target:
     name = chosen[0].key if len(chosen) == 1 and not unknown else Path(placement.overlay).name
     return Target(name=name, gpus=chosen, unknown_labels=tuple(unknown),
                   unselected=placement.labels is None, image=placement.image,
-                  gpus_per_pod=placement.gpus_per_pod, **_model_limits(model), memory_mib=mig_mib)
+                  gpus_per_pod=placement.gpus_per_pod, **_model_limits(model), memory_mib=mig_mib,
+                  group_size=placement.group_size)
 
 
 def _number(text: Any, kind: type) -> Any:
@@ -362,8 +363,8 @@ def matrix(root: Path, *, model: str | None = None, gpu: str | None = None,
     covered: set[str] = set()
     for p in found:
         info = models.get(p.model)
-        if info is None or (model and p.model != model) or p.group_size > 1:
-            continue  # groups (multi-node models) are checked by checks/manifests/multinode.py
+        if info is None or (model and p.model != model):
+            continue
         target = target_for(p, info)
         if want_gpu and want_gpu.key not in {g.key for g in target.gpus}:
             continue

@@ -53,6 +53,7 @@ class Target:
     kv_cache_free_gpu_mem_fraction: float | None = None
     max_tokens_in_paged_kv_cache: int | None = None
     memory_mib: int | None = None               # override (MIG slice)
+    group_size: int = 1                         # pods of a LeaderWorkerSet group (multi-node), 1 for a Deployment
 
 
 @dataclass
@@ -158,8 +159,11 @@ def check_precision(engine: EngineInfo, target: Target, gpu: GPU) -> list[Reason
 
 
 def check_gpu_count(engine: EngineInfo, target: Target, gpu: GPU) -> list[Reason]:
-    """GPUCountMismatch: tp x pp must equal the pod's nvidia.com/gpu."""
+    """GPUCountMismatch: tp x pp must equal the pod's nvidia.com/gpu. A multi-node group's world (pods x GPUs) is
+    checked against the engine by checks/manifests/multinode.py (WorldSizeMismatch), with the group's own terms."""
     want = engine.world_size
+    if target.group_size > 1:
+        return []
     if target.gpus_per_pod is None:
         return [Reason("GPUCountMismatch", ERROR,
                        f"engine needs {want} GPU(s) per pod (tp {engine.tp} x pp {engine.pp}); "

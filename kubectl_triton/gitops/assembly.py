@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path, PurePosixPath
 
 from kubectl_triton.errors import InputError
+from kubectl_triton.gitops import workloads
 
 CONFIG_VOLUME = "model-config"
 SEPARATOR = "__"
@@ -24,20 +25,22 @@ def path_to_key(rel: str | PurePosixPath) -> str:
 
 
 def model_config_map(objects: list[dict]) -> dict | None:
-    """The ConfigMap mounted as the Triton Deployment's `model-config` volume, if the overlay has one."""
-    for dep in objects:
-        if dep.get("kind") != "Deployment":
+    """The ConfigMap mounted as the `model-config` volume of the overlay's serving workload (a Deployment, a
+    StatefulSet, or a LeaderWorkerSet group's pods), if the overlay has one."""
+    for workload in objects:
+        if workload.get("kind") not in workloads.SERVING_KINDS:
             continue
-        volumes = (((dep.get("spec") or {}).get("template") or {}).get("spec") or {}).get("volumes") or []
-        for volume in volumes:
-            if volume.get("name") == CONFIG_VOLUME and "configMap" in volume:
-                name = volume["configMap"].get("name")
-                namespace = (dep.get("metadata") or {}).get("namespace")
-                for cm in objects:
-                    meta = cm.get("metadata") or {}
-                    if cm.get("kind") == "ConfigMap" and meta.get("name") == name and \
-                            meta.get("namespace") == namespace:
-                        return cm
+        namespace = (workload.get("metadata") or {}).get("namespace")
+        for template in workloads.templates(workload):
+            for volume in template.spec.get("volumes") or []:
+                if isinstance(volume, dict) and volume.get("name") == CONFIG_VOLUME and \
+                        isinstance(volume.get("configMap"), dict):
+                    name = volume["configMap"].get("name")
+                    for cm in objects:
+                        meta = cm.get("metadata") or {}
+                        if cm.get("kind") == "ConfigMap" and meta.get("name") == name and \
+                                meta.get("namespace") == namespace:
+                            return cm
     return None
 
 

@@ -14,13 +14,13 @@ import hashlib
 import os
 import posixpath
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from kubectl_triton.compat.catalog import GPU, register
+from kubectl_triton.compat.catalog import GPU, bundled, register
 from kubectl_triton.errors import InputError
 from kubectl_triton.formats.yamlio import files_unchanged, load_all, load_all_shared
 from kubectl_triton.gitops.layout import LAYOUT_FILE, LAYOUT_SCHEMA, layout_validator
@@ -239,7 +239,17 @@ def _check_schema(doc: dict[str, Any]) -> None:
 
 def _gpu_type(key: str, entry: dict[str, Any]) -> GPU:
     """A `gpus:` entry of the layout file as a catalog GPU; FP8/FP4 flags must agree with the compute capability
-    (the compat checks derive precision support from it)."""
+    (the compat checks derive precision support from it). An entry of a bundled type that gives only
+    `gpusPerNode` sets the node size of this repository's clusters for that type."""
+    base = bundled().get(key)
+    if base is not None and set(entry) == {"gpusPerNode"}:
+        count = int(entry["gpusPerNode"])
+        return replace(base, gpus_per_node=count, max_gpus_per_node=count,
+                       max_source=f"{LAYOUT_FILE} gpus/{key}/gpusPerNode")
+    missing = [k for k in ("product", "computeCapability", "memoryMiB") if k not in entry]
+    if missing:
+        known = " (a bundled type: give only gpusPerNode to set its node size)" if base is not None else ""
+        raise InputError(f"{LAYOUT_FILE}: gpus/{key}: '{missing[0]}' is a required property{known}")
     cc = str(entry["computeCapability"])
     major, minor = (int(x) for x in cc.split("."))
     for flag, since in (("fp8", (8, 9)), ("fp4", (10, 0))):
@@ -250,7 +260,9 @@ def _gpu_type(key: str, entry: dict[str, Any]) -> GPU:
     return GPU(key=key, gfd_products=(product,), smi_names=(product.replace("-", " "),), compute_capability=cc,
                memory_mib=int(entry["memoryMiB"]), family=str(entry.get("family") or "unknown"),
                name=str(entry.get("name") or product.replace("-", " ")),
-               gpus_per_node=int(entry["gpusPerNode"]) if entry.get("gpusPerNode") else None)
+               gpus_per_node=int(entry["gpusPerNode"]) if entry.get("gpusPerNode") else None,
+               max_gpus_per_node=int(entry["gpusPerNode"]) if entry.get("gpusPerNode") else None,
+               max_source=f"{LAYOUT_FILE} gpus/{key}/gpusPerNode" if entry.get("gpusPerNode") else "")
 
 
 def _section(doc: dict[str, Any], key: str) -> dict[str, Any]:

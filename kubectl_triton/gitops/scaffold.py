@@ -14,6 +14,7 @@ import os
 import re
 import shutil
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -865,8 +866,10 @@ def _instance_labels(name: str, multinode: bool = False) -> Any:
     return Y.seq([Y.mapping(pairs=pairs, includeSelectors=True, fields=fields)])
 
 
-def serving_kustomization(opts: Options, gpu: str, layout: Layout = DEFAULT_LAYOUT) -> str:
-    """overlays/NAME/GPU/kustomization.yaml: base + model Component + GPU Component (+ S3, + tp x pp GPUs)."""
+def serving_kustomization(opts: Options, gpu: str, layout: Layout = DEFAULT_LAYOUT,
+                          triton_models: Sequence[str] = ()) -> str:
+    """overlays/NAME/GPU/kustomization.yaml: base + model Component + GPU Component (+ S3, + tp x pp GPUs; for a
+    group, the LeaderWorkerSet's shape and the `triton_models` annotation the deleted Deployment carried)."""
     here = layout.overlay_dir(opts.name, gpu)
 
     def ref(to: str) -> str:
@@ -900,7 +903,8 @@ def serving_kustomization(opts: Options, gpu: str, layout: Layout = DEFAULT_LAYO
         Y.comment(patches, 0, "The InferencePool's endpoint picker scrapes Triton's metrics (queue, KV cache).", 2)
     if opts.backend == "tensorrtllm" and opts.llm.nodes > 1:
         components.append(ref(layout.base(MULTINODE_BASE)))
-        patches.append(Y.mapping(target=Y.mapping(kind="LeaderWorkerSet"), patch=Y.literal(Y.dumps(group_patch(opts)))))
+        group = group_patch(opts, triton_models)
+        patches.append(Y.mapping(target=Y.mapping(kind="LeaderWorkerSet"), patch=Y.literal(Y.dumps(group))))
         Y.comment(patches, len(patches) - 1, f"{opts.llm.nodes} nodes x {gpus_per_node(opts)} GPUs = tp x pp = "
                   f"{world} ranks (docs/multinode.md).", 2)
     elif world > 1:
@@ -918,12 +922,16 @@ def mpi_secret(name: str) -> str:
     return f"{name}-mpi-ssh"
 
 
-def group_patch(opts: Options) -> Any:
+def group_patch(opts: Options, triton_models: Sequence[str] = ()) -> Any:
     """The serving overlay's JSON patch of the LeaderWorkerSet: group size, GPUs per pod, world size and the SSH
-    key Secret (both templates hold the one tritonserver container of the base)."""
+    key Secret (both templates hold the one tritonserver container of the base), and the triton-models annotation
+    (the model Component puts it on the Deployment, which base/triton-multinode replaces by the group)."""
     per_node = gpus_per_node(opts)
     group = "/spec/leaderWorkerTemplate"
     ops = Y.seq([Y.mapping(op="replace", path=f"{group}/size", value=opts.llm.nodes)])
+    if triton_models:
+        ops.append(Y.mapping(op="add", path="/metadata/annotations", value=Y.mapping(
+            [(TRITON_MODELS_ANNOTATION, ",".join(sorted(triton_models)))])))
     for template, key in (("leaderTemplate", "id_ed25519"), ("workerTemplate", "authorized_keys")):
         pod = f"{group}/{template}/spec"
         ops.append(Y.mapping(op="replace", path=f"{pod}/containers/0/resources/limits/nvidia.com~1gpu",
@@ -1050,7 +1058,8 @@ def render(opts: Options, facts: RepoFacts) -> dict[str, str]:
     flux_dir = layout.cluster_models_dir(facts.cluster)
     entries = []
     for index, gpu in enumerate(opts.gpus):
-        files[f"{layout.overlay_dir(name, gpu)}/kustomization.yaml"] = serving_kustomization(opts, gpu, layout)
+        files[f"{layout.overlay_dir(name, gpu)}/kustomization.yaml"] = serving_kustomization(opts, gpu, layout,
+                                                                                         sorted(triton_models))
         if index:
             # One GPU type per model per cluster: the overlays render the same object names, so a second one
             # registered here would fight the first. Further --gpu overlays are for other clusters.

@@ -13,6 +13,7 @@ from kubectl_triton.checks.registry import register
 from kubectl_triton.errors import TritonCtlError
 from kubectl_triton.formats import pbtxt, yamlio
 from kubectl_triton.formats.schemas import object_id
+from kubectl_triton.gitops import workloads
 from kubectl_triton.gitops.labels import INSTANCE_LABEL as INSTANCE
 from kubectl_triton.gitops.model import Repository
 
@@ -36,6 +37,10 @@ def _labels(obj: dict) -> dict:
 
 
 def _pod(obj: dict) -> dict:
+    """The pod spec of a Job, or of the pod that serves a workload (a LeaderWorkerSet group's leader)."""
+    template = workloads.serving_template(obj)
+    if template is not None:
+        return template.spec
     return ((obj.get("spec") or {}).get("template") or {}).get("spec") or {}
 
 
@@ -48,7 +53,7 @@ def _product(obj: dict) -> str | None:
 
 
 def check_objects(builds: list[tuple[str, dict]], serving: list[tuple[str, dict]]) -> list[Finding]:
-    """Pure: (overlay, Job) engine builds and (overlay, Deployment) serving pairs of the same models."""
+    """Pure: (overlay, Job) engine builds and (overlay, serving workload) pairs of the same models."""
     by_model: dict[str, dict[str | None, tuple[str, dict]]] = defaultdict(dict)
     for source, job in builds:
         by_model[_labels(job).get(INSTANCE, "")][_product(job)] = (source, job)
@@ -112,6 +117,6 @@ def check(root: Path, targets: list[Any]) -> list[Finding]:
         for obj in t.objects:
             if obj.get("kind") == "Job" and _labels(obj).get("app.kubernetes.io/name") == BUILD_NAME:
                 builds.append((t.rel, obj))
-            elif obj.get("kind") == "Deployment" and _container(obj, "tritonserver"):
+            elif workloads.serving_template(obj) is not None:
                 serving.append((t.rel, obj))
     return check_objects(builds, serving) + check_engine_dirs(root)

@@ -106,11 +106,13 @@ def check_placement(placement: Placement, model: ModelMeta | None, object_id: st
     where = placement.overlay
     count = placement.gpus_per_pod
     if gpu is not None and count:
-        per_node = gpu.gpus_per_node  # the catalog's, or the layout file's for a GPU type of the repository's own
+        per_node = gpu.node_limit  # the layout file's node size, else the largest node the catalog names
         if isinstance(per_node, int) and count > per_node:
+            source = f" ({gpu.max_source})" if gpu.max_source else ""
             yield GPUS_PER_NODE.finding(
-                f"the pod asks for nvidia.com/gpu: {count}, but a {gpu.key} node has at most {per_node} GPUs: it "
-                "stays Pending (\"Insufficient nvidia.com/gpu\")", path=where, object=object_id)
+                f"the pod asks for nvidia.com/gpu: {count}, but a {gpu.key} node has at most {per_node} GPUs"
+                f"{source}: it stays Pending (\"Insufficient nvidia.com/gpu\"); if your nodes have more, set "
+                f"gpus/{gpu.key}/gpusPerNode in kubectl-triton.yaml", path=where, object=object_id)
     if model is None:
         return
     meta = model.meta

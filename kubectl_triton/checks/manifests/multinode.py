@@ -181,10 +181,10 @@ def check_groups(root: Path, targets: Iterable[Any]) -> list[Finding]:
                     "of the world needs one GPU, so all pods of a group ask for the same count",
                     path=where, object=oid))
             gpu = _node_gpu(templates.get("leader", templates["worker"]))
-            if gpu is not None and gpu.gpus_per_node is not None and per_pod > gpu.gpus_per_node:
+            if gpu is not None and gpu.node_limit is not None and per_pod > gpu.node_limit:
                 out.append(NODE_SHAPE.finding(
-                    f"each pod asks for {per_pod} GPUs but a {gpu.key} node has {gpu.gpus_per_node}: no node can "
-                    "host a pod of the group and it stays Pending", path=where, object=oid))
+                    f"each pod asks for {per_pod} GPUs but a {gpu.key} node has at most {gpu.node_limit}: no node "
+                    "can host a pod of the group and it stays Pending", path=where, object=oid))
             world = size * per_pod
             leader = templates.get("leader", templates["worker"])
             for name, expected in (("WORLD_SIZE", world), ("GPUS_PER_NODE", per_pod)):

@@ -7,14 +7,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from kubectl_triton.checks.findings import ERROR, WARNING, Finding
 from kubectl_triton.checks.registry import Severity, register
 from kubectl_triton.formats.schemas import object_id
+from kubectl_triton.gitops import workloads
 from kubectl_triton.gitops.labels import TRITON_MODELS_ANNOTATION
 
+WORKLOAD_KINDS = ("Deployment", "Job", "StatefulSet", "LeaderWorkerSet")
 _DECLARED: dict[str, tuple[Severity, str, str]] = {
     "HPAOnCPU": ("warning", "an HPA scales a Triton Deployment on CPU or memory, which do not follow GPU load",
                  "scale on the model's queue-to-compute ratio (docs/monitoring.md)"),
@@ -93,10 +95,6 @@ def _f(severity: Severity, code: str, message: str, source: str, obj: dict) -> F
     return CHECKS[code].finding(message, path=source, object=object_id(obj), severity=severity)
 
 
-def _pod(obj: dict) -> dict:
-    return ((obj.get("spec") or {}).get("template") or {}).get("spec") or {}
-
-
 def _probe_budget(probe: dict | None) -> int:
     if not probe:
         return 0
@@ -130,7 +128,7 @@ def check_overlay(source: str, objects: Iterable[dict], facts: ModelFacts,
     out: list[Finding] = []
     hpas = [o for o in objects if o.get("kind") == "HorizontalPodAutoscaler"]
     for obj in objects:
-        if obj.get("kind") in ("Deployment", "Job", "StatefulSet"):
+        if obj.get("kind") in WORKLOAD_KINDS:
             out += _check_workload(source, obj, facts, flux_timeout_s)
     for hpa in hpas:
         for metric in (hpa.get("spec") or {}).get("metrics") or []:
@@ -144,32 +142,56 @@ def check_overlay(source: str, objects: Iterable[dict], facts: ModelFacts,
 
 
 def _check_workload(source: str, obj: dict, facts: ModelFacts, flux_timeout_s: int | None) -> list[Finding]:
+    """Images and resources of every pod template; of a workload serving Triton (a Deployment, StatefulSet or
+    LeaderWorkerSet group: leader and workers alike) the server container's GPUs, image and /dev/shm; the probes,
+    annotation and progress deadline of the pod that serves (a group's leader)."""
     out: list[Finding] = []
-    pod = _pod(obj)
-    for container in [*(pod.get("initContainers") or []), *(pod.get("containers") or [])]:
-        if not isinstance(container, dict):
+    serving = workloads.serving_template(obj)
+    for template in workloads.templates(obj):
+        pod, who = template.spec, f"{template.role} " if template.role else ""
+        for container in [*(pod.get("initContainers") or []), *(pod.get("containers") or [])]:
+            if not isinstance(container, dict):
+                continue
+            if reason := check_image(str(container.get("image", ""))):
+                out.append(_f(ERROR, "ImageTagNotPinned", f"{who}container {container.get('name')}: {reason}; pin "
+                              "a release tag such as 24.12-py3 so every rollout runs what was validated", source, obj))
+            resources = container.get("resources") or {}
+            missing = [f"{kind}.{res}" for kind in ("requests", "limits") for res in ("cpu", "memory")
+                       if res not in (resources.get(kind) or {})]
+            if missing:
+                out.append(_f(WARNING, "ResourcesMissing", f"{who}container {container.get('name')} sets no "
+                              f"{', '.join(missing)}", source, obj))
+        server = workloads.server_container(pod)
+        if serving is None or server is None:
             continue
-        if reason := check_image(str(container.get("image", ""))):
-            out.append(_f(ERROR, "ImageTagNotPinned", f"container {container.get('name')}: {reason}; pin a "
-                          "release tag such as 24.12-py3 so every rollout runs what was validated", source, obj))
-        resources = container.get("resources") or {}
-        missing = [f"{kind}.{res}" for kind in ("requests", "limits") for res in ("cpu", "memory")
-                   if res not in (resources.get(kind) or {})]
-        if missing:
-            out.append(_f(WARNING, "ResourcesMissing", f"container {container.get('name')} sets no "
-                          f"{', '.join(missing)}", source, obj))
-    server = next((c for c in pod.get("containers", []) if c.get("name") == TRITON_CONTAINER), None)
-    if obj.get("kind") != "Deployment" or server is None:
-        return out
+        out += _check_server(source, obj, template, server, facts)
+        if template == serving:
+            out += _check_serving_pod(source, obj, server, facts, flux_timeout_s)
+    return out
+
+
+def _check_server(source: str, obj: dict, template: workloads.PodTemplate, server: dict,
+                  facts: ModelFacts) -> list[Finding]:
+    """What every pod running tritonserver needs: its GPUs, the image with the models' backend, /dev/shm."""
+    out: list[Finding] = []
+    who = f"{template.role}: " if template.role else ""
     limits = (server.get("resources") or {}).get("limits") or {}
     gpus = int(parse_quantity(limits.get(GPU_RESOURCE, 0) or 0) or 0)
     if facts.uses_gpu and gpus < 1:
-        out.append(_f(ERROR, "GPULimitMissing", f"models need a GPU but container {TRITON_CONTAINER} has no "
+        out.append(_f(ERROR, "GPULimitMissing", f"{who}models need a GPU but container {TRITON_CONTAINER} has no "
                       f"{GPU_RESOURCE} limit; add a GPU Component (overlays/gpus/<type>)", source, obj))
     image = str(server.get("image", ""))
     if facts.tensorrtllm and "trtllm" not in image.rsplit(":", 1)[-1]:
-        out.append(_f(ERROR, "TRTLLMImage", f"a tensorrtllm model is served from {image}, which has no "
+        out.append(_f(ERROR, "TRTLLMImage", f"{who}a tensorrtllm model is served from {image}, which has no "
                       "TensorRT-LLM backend; use the -trtllm-python-py3 flavour of the same release", source, obj))
+    return out + [replace(f, message=who + f.message) if who else f
+                  for f in _check_shm(source, obj, template.spec, server, facts, gpus)]
+
+
+def _check_serving_pod(source: str, obj: dict, server: dict, facts: ModelFacts,
+                       flux_timeout_s: int | None) -> list[Finding]:
+    """The probes of the pod that serves, the triton-models annotation and (Deployments) the progress deadline."""
+    out: list[Finding] = []
     startup, liveness = server.get("startupProbe"), server.get("livenessProbe")
     budget = _probe_budget(startup)
     if not startup:
@@ -187,6 +209,8 @@ def _check_workload(source: str, obj: dict, facts: ModelFacts, flux_timeout_s: i
         out.append(_f(WARNING, "ReadinessProbe", "readinessProbe should be an HTTP GET on /v2/health/ready",
                       source, obj))
     out += _check_models_annotation(source, obj, facts)
+    if obj.get("kind") != "Deployment":  # StatefulSets and LeaderWorkerSets have no progress deadline
+        return out
     deadline = int((obj.get("spec") or {}).get("progressDeadlineSeconds", 600))
     if flux_timeout_s is not None and deadline >= flux_timeout_s:
         out.append(_f(ERROR, "ProgressDeadline", f"progressDeadlineSeconds {deadline} is not below the Flux "
@@ -196,7 +220,6 @@ def _check_workload(source: str, obj: dict, facts: ModelFacts, flux_timeout_s: i
         out.append(_f(WARNING, "ProgressDeadline", f"startupProbe budget {budget}s exceeds "
                       f"progressDeadlineSeconds {deadline}: slow loads are reported as failed rollouts",
                       source, obj))
-    out += _check_shm(source, obj, pod, server, facts, gpus)
     return out
 
 

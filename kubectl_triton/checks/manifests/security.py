@@ -23,7 +23,8 @@ from kubectl_triton.checks.registry import Severity, register
 from kubectl_triton.errors import TritonCtlError
 from kubectl_triton.formats.schemas import object_id
 from kubectl_triton.formats.yamlio import load_all_shared
-from kubectl_triton.gitops.labels import EXEMPT_ANNOTATION
+from kubectl_triton.gitops import workloads
+from kubectl_triton.gitops.labels import EXEMPT_ANNOTATION, INSTANCE_LABEL
 from kubectl_triton.gitops.model import Repository
 
 MIN_REASON_CHARS = 10
@@ -31,7 +32,6 @@ MONITORING_NAMESPACE = "monitoring"
 TRITON_CONTAINER = "tritonserver"
 INFERENCE_PORTS = {"http": 8000, "grpc": 8001}
 METRICS_PORTS = {"metrics": 8002}
-POD_KINDS = ("Deployment", "StatefulSet", "DaemonSet", "Job", "ReplicaSet", "Pod", "CronJob")
 # Pod Security Standards "restricted": the only volume types allowed.
 RESTRICTED_VOLUMES = {"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim",
                       "projected", "secret"}
@@ -116,8 +116,7 @@ def check_objects(source: str, objects: Iterable[Any], metrics_namespace: str = 
         exempt, problems = exemptions(_meta(obj).get("annotations"))
         out += [CHECKS["ExemptionInvalid"].finding(p, path=source, object=_oid(obj)) for p in problems]
         found: list[Finding] = []
-        if obj.get("kind") in POD_KINDS:
-            found += check_pod(source, obj)
+        found += check_pod(source, obj)
         found += check_credentials(source, obj)
         out += [f for f in found if f.code.removeprefix("security.") not in exempt]
     out += check_network_policies(source, objects, metrics_namespace)
@@ -167,16 +166,6 @@ def _list(value: Any) -> list:
     return value if isinstance(value, list) else []
 
 
-def pod_spec(obj: dict) -> dict:
-    """The pod spec of a workload (Pod, Deployment-like, CronJob)."""
-    if obj.get("kind") == "Pod":
-        return _dict(obj.get("spec"))
-    spec = _dict(obj.get("spec"))
-    if obj.get("kind") == "CronJob":
-        spec = _dict(_dict(spec.get("jobTemplate")).get("spec"))
-    return _dict(_dict(spec.get("template")).get("spec"))
-
-
 def _containers(pod: dict) -> Iterator[dict]:
     for key in ("initContainers", "containers", "ephemeralContainers"):
         for c in _list(pod.get(key)):
@@ -185,13 +174,20 @@ def _containers(pod: dict) -> Iterator[dict]:
 
 
 def check_pod(source: str, obj: dict) -> list[Finding]:
-    """Pod Security Standards "restricted" and a read-only root filesystem for one workload."""
-    pod = pod_spec(obj)
+    """Pod Security Standards "restricted" and a read-only root filesystem for every pod template of one workload
+    (both of a LeaderWorkerSet group's, each finding naming the leader or the workers)."""
+    out: list[Finding] = []
+    for template in workloads.templates(obj):
+        out += _check_pod_spec(source, obj, template.spec, f"{template.role}: " if template.role else "")
+    return out
+
+
+def _check_pod_spec(source: str, obj: dict, pod: dict, who: str) -> list[Finding]:
     psc = _dict(pod.get("securityContext"))
     out: list[Finding] = []
 
     def add(code: str, message: str, severity: Severity = "error") -> None:
-        out.append(CHECKS[code].finding(message, path=source, object=_oid(obj), severity=severity))
+        out.append(CHECKS[code].finding(who + message, path=source, object=_oid(obj), severity=severity))
 
     for key in ("hostNetwork", "hostPID", "hostIPC"):
         if pod.get(key) is True:
@@ -289,13 +285,19 @@ def _rule_ports(rule: dict, ports: dict[str, Any]) -> set[str]:
     return opened
 
 
-def _peer_problem(peer: Any, metrics: bool, metrics_namespace: str = MONITORING_NAMESPACE) -> str | None:
-    """Why one `from` peer is too wide for the inference ports (or, with `metrics`, for the metrics port)."""
+def _peer_problem(peer: Any, metrics: bool, metrics_namespace: str = MONITORING_NAMESPACE,
+                  own: dict | None = None) -> str | None:
+    """Why one `from` peer is too wide for the inference ports (or, with `metrics`, for the metrics port). A
+    podSelector that selects only the model's own pods (`own`: their labels, instance label included), as the
+    rule between a LeaderWorkerSet group's pods does, admits nobody else."""
     peer = _dict(peer)
     if "ipBlock" in peer:
         return f"ipBlock {_dict(peer['ipBlock']).get('cidr')} admits addresses, not labelled namespaces"
     ns_sel = peer.get("namespaceSelector")
     if ns_sel is None:
+        selector = _dict(peer.get("podSelector"))
+        if own and INSTANCE_LABEL in _dict(selector.get("matchLabels")) and _selects(selector, own):
+            return None
         return None if not metrics else "a podSelector alone admits pods of Triton's own namespace only"
     ns_sel = _dict(ns_sel)
     labels = _dict(ns_sel.get("matchLabels"))
@@ -309,16 +311,17 @@ def _peer_problem(peer: Any, metrics: bool, metrics_namespace: str = MONITORING_
 
 def check_network_policies(source: str, objects: list[dict], metrics_namespace: str = MONITORING_NAMESPACE
                            ) -> list[Finding]:
-    """Each Deployment running tritonserver needs an ingress NetworkPolicy of the documented shape."""
+    """Each workload running tritonserver (a Deployment, StatefulSet or LeaderWorkerSet group, whose serving pod is
+    its leader) needs an ingress NetworkPolicy of the documented shape."""
     policies = [o for o in objects if o.get("kind") == "NetworkPolicy"]
     out: list[Finding] = []
-    for dep in (o for o in objects if o.get("kind") == "Deployment"):
-        pod = pod_spec(dep)
-        ports = _triton_ports(pod)
-        if not ports:
+    for dep in workloads.serving(objects):
+        template = workloads.serving_template(dep)
+        ports = _triton_ports(template.spec) if template else {}
+        if template is None or not ports:
             continue
         exempt, _ = exemptions(_meta(dep).get("annotations"))
-        labels = _dict(_dict(_dict(_dict(dep.get("spec")).get("template")).get("metadata")).get("labels"))
+        labels = _dict(template.metadata.get("labels"))
         namespace = _meta(dep).get("namespace")
         mine = [p for p in policies if _meta(p).get("namespace") == namespace
                 and _selects(_dict(p.get("spec")).get("podSelector"), labels)
@@ -326,7 +329,7 @@ def check_network_policies(source: str, objects: list[dict], metrics_namespace: 
         if not mine:
             if "NetworkPolicyMissing" not in exempt:
                 out.append(CHECKS["NetworkPolicyMissing"].finding("no NetworkPolicy selects this "
-                                   "Deployment's pods: every pod in the cluster can call Triton",
+                                   f"{dep.get('kind')}'s pods: every pod in the cluster can call Triton",
                                    path=source, object=_oid(dep)))
             continue
         for policy in mine:
@@ -344,8 +347,8 @@ def check_network_policies(source: str, objects: list[dict], metrics_namespace: 
                     if not peers:
                         why = "it has no 'from', so it admits every source"
                     else:
-                        why = next((w for w in (_peer_problem(p, metrics, metrics_namespace) for p in peers) if w),
-                                   None)
+                        why = next((w for w in (_peer_problem(p, metrics, metrics_namespace, labels)
+                                                for p in peers) if w), None)
                     if why:
                         out.append(CHECKS[code].finding(f"ingress rule {i + 1} opens "
                                            f"{', '.join(hit)}: {why}", path=source, object=_oid(policy)))
@@ -402,13 +405,12 @@ def check_credentials(source: str, obj: dict) -> list[Finding]:
         for key, value in {**_dict(obj.get("data"))}.items():
             if literal_credential(str(key), value) and "\n" not in str(value):
                 add("LiteralCredential", f"ConfigMap key {key} holds a literal credential; put it in a Secret")
-    if kind in POD_KINDS:
-        for c in _containers(pod_spec(obj)):
-            for env in _list(c.get("env")):
-                env = _dict(env)
-                if "value" in env and literal_credential(str(env.get("name")), env.get("value")):
-                    add("LiteralCredential", f"container {c.get('name')}: env {env.get('name')} is a literal "
-                        "value; use valueFrom.secretKeyRef (or envFrom a Secret)")
+    for c in (c for t in workloads.templates(obj) for c in _containers(t.spec)):
+        for env in _list(c.get("env")):
+            env = _dict(env)
+            if "value" in env and literal_credential(str(env.get("name")), env.get("value")):
+                add("LiteralCredential", f"container {c.get('name')}: env {env.get('name')} is a literal "
+                    "value; use valueFrom.secretKeyRef (or envFrom a Secret)")
     if kind != "Secret":
         for where, text in _strings(obj):
             what = credential_pattern(text)
