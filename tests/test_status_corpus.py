@@ -4,7 +4,8 @@ status -o json`. Each scenario names the phase and the cause (first reason code,
 
 The figures are printed and recorded (record_property): cause agreement must be >= 95% and no healthy rollout
 may be called Failed. A scenario's objects are built with the apiserver's builders and then overwritten with the
-fixture's own status blocks, conditions, events and log lines (verbatim from the sources).
+fixture's own status blocks, conditions, events and log lines (verbatim from the sources). A scenario with
+`regression: WHY` (the issue a fix was made for) must get exactly its phase and cause.
 """
 
 from __future__ import annotations
@@ -127,6 +128,9 @@ def build(api: APIServer, sc: dict) -> None:  # noqa: C901 - one branch per scen
             obj = pod(model, p.get("suffix", f"p{i}x{i}k"), **kw)
             _merge(obj["status"], p.get("status") or {})
             _merge(obj["spec"], p.get("spec") or {})
+            _merge(obj["metadata"], p.get("metadata") or {})
+            for key in p.get("unset_metadata") or []:  # a fixture's object without it (kstatus' pods)
+                obj["metadata"].pop(key, None)
             pods.append(obj)
         objs += pods
         if sc.get("hpa") is not None:
@@ -190,7 +194,7 @@ def build(api: APIServer, sc: dict) -> None:  # noqa: C901 - one branch per scen
             continue
         target = pods[e["pod"]] if "pod" in e else by_name[e["object"]]
         ev = event(target, e["reason"], e["message"], type_=e.get("type", "Warning"), count=e.get("count", 1),
-                   source=e.get("source", "kubelet"))
+                   source=e.get("source", "kubelet"), age_s=e.get("age_s", 10))
         if e.get("api") == "events.k8s.io":  # the newer Event API's shape: the server stores it as core v1
             ev = {"apiVersion": "events.k8s.io/v1", "kind": "Event", "metadata": ev["metadata"],
                   "regarding": ev["involvedObject"], "note": ev["message"], "reason": ev["reason"],
@@ -247,6 +251,8 @@ def test_scenario(run_cli, tmp_path, sc):
     RESULTS[sc["id"]] = (want["phase"], want["cause"], phase, cause)
     # exit code agrees with the phase: 0 only when Healthy
     assert (res.exit_code == 0) == (phase == "Healthy")
+    if sc.get("regression"):  # a scenario a fix was made for must agree exactly, not only count in the figures
+        assert (phase, cause) == (want["phase"], want["cause"]), (sc["regression"], doc["models"][0]["reasons"])
     for text in sc["expect"].get("notes_mention") or []:
         assert any(text in n for n in doc.get("notes") or []), (text, doc.get("notes"))
     for text in sc["expect"].get("message_mentions") or []:

@@ -75,6 +75,16 @@ LOG_SCENARIOS = {
     "WorldSizeMismatch": (
         "[TensorRT-LLM][ERROR] Assertion failed: mpiSize == tp * pp (/workspace/tensorrt_llm/cpp/tensorrt_llm/"
         "runtime/worldConfig.cpp:99)\n"),
+    # tensorrtllm_backend#62 (https://github.com/triton-inference-server/tensorrtllm_backend/issues/62), verbatim:
+    # the python stub's own lines are INFO, Triton's "Failed to create instance" is the only error line
+    "TokenizerLoadFailed": (
+        "I1030 09:08:32.939433 1398 pb_stub.cc:325] Failed to initialize Python stub: ValueError: Tokenizer class "
+        "BaichuanTokenizer does not exist or is not currently imported.\n\nAt:\n"
+        "  /usr/local/lib/python3.10/dist-packages/transformers/models/auto/tokenization_auto.py(748): "
+        "from_pretrained\n"
+        "  /tensorrtllm_backend/tensorrtllm_backend/triton_model_repo/preprocessing/1/model.py(69): initialize\n\n"
+        "E1030 09:08:33.484284 1399 backend_model.cc:634] ERROR: Failed to create instance: ValueError: Tokenizer "
+        "class BaichuanTokenizer does not exist or is not currently imported.\n"),
     "ModelLoadFailed": (
         "E1202 11:13:06.647394 1 model_lifecycle.cc:642] \"failed to load 'llama3-8b' version 1: Invalid "
         "argument: unable to find 'tokenizer.json' in /models/llama3-8b/1\"\n"
@@ -110,6 +120,38 @@ def test_model_load_failed_quotes_tritons_line(run_cli, api):  # noqa: F811
     _, doc = status(run_cli, api)
     msg = only(doc)["reasons"][0]["message"]
     assert "failed to load 'llama3-8b' version 1: Invalid argument: unable to find 'tokenizer.json'" in msg
+
+
+def test_tokenizer_load_failure_is_named_with_the_tokenizer_and_its_fix(run_cli, api):  # noqa: F811
+    """Issue 24: a python model whose initialize() fails on its tokenizer was only a CrashLoopBackOff."""
+    crash_loop(api, TRITON_PREFIX + LOG_SCENARIOS["TokenizerLoadFailed"])
+    rc, doc = status(run_cli, api)
+    m = only(doc)
+    assert rc == 1 and m["phase"] == "Failed" and codes(m) == ["TokenizerLoadFailed", "CrashLoopBackOff"]
+    first = m["reasons"][0]
+    assert "Tokenizer class BaichuanTokenizer does not exist" in first["message"]
+    assert "previous instance of container tritonserver" in first["message"]
+    for advice in ("tokenizer_dir", "trust_remote_code=True", "HF_HOME"):
+        assert advice in first["fix"]
+
+
+def test_tokenizer_path_error_names_the_path(run_cli, api):  # noqa: F811
+    """triton-inference-server/server#8080, verbatim: Triton 25.x puts the traceback on the failed-load line; the
+    generic ModelLoadFailed gives way to the tokenizer's cause."""
+    log = ("E0321 04:54:24.240032 1 model_lifecycle.cc:654] \"failed to load 'text_preprocessor' version 1: "
+           "Internal: OSError: Incorrect path_or_model_id: './custom_string_tokenizer'. Please provide either the "
+           "path to a local folder or the repo_id of a model on the Hub.\\n\\nAt:\\n  /usr/local/lib/python3.12/"
+           "dist-packages/transformers/utils/hub.py(408): cached_file\\n  /usr/local/lib/python3.12/dist-packages/"
+           "transformers/models/auto/tokenization_auto.py(713): get_tokenizer_config\\n  /usr/local/lib/python3.12/"
+           "dist-packages/transformers/models/auto/tokenization_auto.py(881): from_pretrained\\n  /models/"
+           "text_preprocessor/1/model.py(7): initialize\\n\"\n"
+           "I0321 04:54:24.240066 1 model_lifecycle.cc:789] \"failed to load 'text_preprocessor'\"\n")
+    crash_loop(api, log)
+    _, doc = status(run_cli, api)
+    m = only(doc)
+    assert codes(m) == ["TokenizerLoadFailed", "CrashLoopBackOff"]
+    assert "Incorrect path_or_model_id: './custom_string_tokenizer'" in m["reasons"][0]["message"]
+    assert "\\n" not in m["reasons"][0]["message"]  # the escaped traceback is not quoted
 
 
 def test_crash_loop_without_known_signature(run_cli, api):  # noqa: F811
@@ -189,6 +231,66 @@ def test_insufficient_gpu_waits_while_autoscaler_adds_a_node(run_cli, api):  # n
     assert only(doc)["phase"] == "Progressing"
 
 
+SCALE_UP_MSG = ("pod triggered scale-up, group: https://content.googleapis.com/compute/v1/projects/maciekpytel-dev-"
+                "playground/zones/us-central1-b/instanceGroups/e2e-test-maciekpytel-minion-group, sizes "
+                "(current/new): 3/4")  # cluster-autoscaler FAQ.md's example TriggeredScaleUp event
+
+
+def test_insufficient_gpu_fails_once_a_scale_up_outlasts_the_progress_deadline(run_cli, api):  # noqa: F811
+    """Issue 24: the autoscaler's TriggeredScaleUp kept an unschedulable pod Progressing forever. The rollout waits
+    for the node as long as the Deployment's progressDeadlineSeconds (600 s here), then the pod is Failed."""
+    p = _pending(api, GPU_MSG, since_s=1500)
+    api.cluster.apply(event(p, "TriggeredScaleUp", SCALE_UP_MSG, type_="Normal", source="cluster-autoscaler",
+                            age_s=1440))
+    rc, doc = status(run_cli, api)
+    m = only(doc)
+    assert rc == 1 and m["phase"] == "Failed" and codes(m) == ["InsufficientGPU"]
+    msg = m["reasons"][0]["message"]
+    assert "unschedulable for 1500s, longer than the Deployment's progressDeadlineSeconds (600s)" in msg
+    assert "sizes (current/new): 3/4" in msg and "Insufficient nvidia.com/gpu" in msg
+
+
+def test_insufficient_gpu_after_the_autoscaler_gave_up(run_cli, api):  # noqa: F811
+    """A later NotTriggerScaleUp (kubernetes/autoscaler#5692's words) overrides the earlier scale-up: the grace
+    applies again, and the autoscaler's reason is quoted."""
+    p = _pending(api, GPU_MSG, since_s=300)
+    api.cluster.apply(event(p, "TriggeredScaleUp", SCALE_UP_MSG, type_="Normal", source="cluster-autoscaler",
+                            age_s=280),
+                      event(p, "NotTriggerScaleUp", "pod didn't trigger scale-up: 12 node(s) didn't match Pod's node "
+                            "affinity/selector, 3 max node group size reached", type_="Normal",
+                            source="cluster-autoscaler", age_s=20))
+    rc, doc = status(run_cli, api)
+    m = only(doc)
+    assert rc == 1 and m["phase"] == "Failed" and codes(m) == ["InsufficientGPU"]
+    assert "(cluster autoscaler: pod didn't trigger scale-up" in m["reasons"][0]["message"]
+
+
+def test_unschedulable_without_any_timestamp_is_failed(run_cli, api):  # noqa: F811
+    """kstatus' podUnschedulable: neither lastTransitionTime nor creationTimestamp. Its wait was read as 0 s, so
+    it stayed Progressing forever; kstatus calls it Failed."""
+    p = pod(MODEL, phase="Pending", ready=False, scheduled=("False", "Unschedulable", ""))
+    p["status"]["conditions"] = [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]
+    del p["metadata"]["creationTimestamp"]
+    api.cluster.apply(deployment(MODEL, ready=0, progressing=("True", "ReplicaSetUpdated")), p)
+    rc, doc = status(run_cli, api)
+    m = only(doc)
+    assert rc == 1 and m["phase"] == "Failed" and codes(m) == ["Unschedulable"]
+    assert "PodScheduled=False (Unschedulable) without a message" in m["reasons"][0]["message"]
+
+
+def test_unschedulable_dated_by_creation_without_transition_time(run_cli, api):  # noqa: F811
+    p = pod(MODEL, phase="Pending", ready=False, scheduled=("False", "Unschedulable", GPU_MSG))
+    del p["status"]["conditions"][0]["lastTransitionTime"]
+    p["metadata"]["creationTimestamp"] = ts(-3)
+    api.cluster.apply(deployment(MODEL, ready=0, progressing=("True", "ReplicaSetUpdated")), p)
+    _, doc = status(run_cli, api)
+    assert only(doc)["phase"] == "Progressing"
+    p["metadata"]["creationTimestamp"] = ts(-300)
+    api.cluster.apply(p)
+    _, doc = status(run_cli, api)
+    assert only(doc)["phase"] == "Failed" and "unschedulable for 300s" in only(doc)["reasons"][0]["message"]
+
+
 def test_no_matching_node(run_cli, api):  # noqa: F811
     _pending(api, TAINT_MSG, since_s=300)
     rc, doc = status(run_cli, api)
@@ -218,6 +320,54 @@ def test_progress_deadline_exceeded(run_cli, api):  # noqa: F811
     m = only(doc)
     assert rc == 1 and m["phase"] == "Failed" and codes(m) == ["ProgressDeadlineExceeded"]
     assert "600s" in m["reasons"][0]["message"]
+
+
+def _complete(progress_deadline: int | None, conditions: list[dict] | None) -> dict:
+    """A Deployment whose rollout is complete by the counts, with the given deadline and conditions."""
+    d = deployment(MODEL)
+    if progress_deadline is None:
+        del d["spec"]["progressDeadlineSeconds"]
+    else:
+        d["spec"]["progressDeadlineSeconds"] = progress_deadline
+    if conditions is None:
+        del d["status"]["conditions"]
+    else:
+        d["status"]["conditions"] = conditions
+    return d
+
+
+AVAILABLE = {"type": "Available", "status": "True", "reason": "MinimumReplicasAvailable",
+             "message": "Deployment has minimum availability."}
+
+
+@pytest.mark.parametrize("deadline, conditions", [
+    (2147483647, [AVAILABLE]),  # MaxInt32: no deadline; the controller removes the Progressing condition
+    (600, [AVAILABLE]),  # a status without the Progressing condition
+    (None, None),  # hand-written: no deadline, no conditions at all
+    (2147483647, [AVAILABLE, {"type": "Progressing", "status": "True", "reason": "ReplicaSetUpdated"}]),
+], ids=["maxint32-deadline", "no-progressing-condition", "no-deadline-no-conditions", "maxint32-stale-condition"])
+def test_complete_rollout_without_a_progress_deadline_is_healthy(run_cli, api, deadline, conditions):  # noqa: F811
+    """Issue 24: kstatus needs the Progressing condition only where the controller keeps one (a finite deadline);
+    a status without one (or without Available) is judged by its counts, as Argo CD and kubectl rollout do."""
+    api.cluster.apply(_complete(deadline, conditions), pod(MODEL))
+    rc, doc = status(run_cli, api, "--no-probe")
+    m = only(doc)
+    assert rc == 0 and m["phase"] == "Healthy" and codes(m) == [], m
+
+
+@pytest.mark.parametrize("conditions, why", [
+    ([AVAILABLE, {"type": "Progressing", "status": "True", "reason": "ReplicaSetUpdated"}], "ReplicaSetUpdated"),
+    ([{**AVAILABLE, "status": "False"}, {"type": "Progressing", "status": "True", "reason": "NewReplicaSetAvailable"}],
+     "not Available yet"),
+])
+def test_conditions_the_controller_wrote_still_hold_a_rollout(run_cli, api, conditions, why):  # noqa: F811
+    """With a deadline, a Progressing condition that is not NewReplicaSetAvailable, or Available=False, keeps the
+    rollout InProgress though the counts are complete (kstatus' depNotProgressing / depNotAvailable)."""
+    api.cluster.apply(_complete(600, conditions), pod(MODEL))
+    rc, doc = status(run_cli, api, "--no-probe")
+    m = only(doc)
+    assert rc == 1 and m["phase"] == "Progressing" and codes(m) == ["RolloutInProgress"]
+    assert why in m["reasons"][0]["message"]
 
 
 def test_rollout_in_progress(run_cli, api):  # noqa: F811

@@ -13,6 +13,7 @@ from tests.apiserver import (
     api,  # noqa: F401 - fixture
     crashed,
     deployment,
+    event,
     hpa,
     kustomization,
     pod,
@@ -131,6 +132,27 @@ def test_wait_fails_when_unschedulable_past_grace(run_cli, api):  # noqa: F811
     assert res.exit_code == 1
     assert json.loads(res.stdout)["models"][0]["reasons"][0]["code"] == "InsufficientGPU"
     assert 1.0 <= elapsed < 5  # after the grace (timestamps have 1 s resolution), not at the timeout
+
+
+def test_wait_stops_when_a_scale_up_outlasts_the_progress_deadline(run_cli, api):  # noqa: F811
+    """Issue 24: a TriggeredScaleUp event kept `--wait` waiting for the timeout. The rollout waits for the node as
+    long as the Deployment's progressDeadlineSeconds (3 s here), then the verdict is terminal."""
+    rollout_start(api)
+    short = deployment(MODEL, ready=0, updated=0, generation=3, progressing=("True", "ReplicaSetUpdated"))
+    short["spec"]["progressDeadlineSeconds"] = 3
+    msg = "0/2 nodes are available: 2 Insufficient nvidia.com/gpu."
+    pending = pod(MODEL, phase="Pending", ready=False, scheduled=("False", "Unschedulable", msg))
+    pending["status"]["conditions"][0]["lastTransitionTime"] = ts(0)
+    scale_up = event(pending, "TriggeredScaleUp", "pod triggered scale-up: [{gpu-a100 1->2 (max: 4)}]",
+                     type_="Normal", source="cluster-autoscaler", age_s=0)
+    timeline = Timeline([(0.2, lambda: api.cluster.apply(short, pending, scale_up))])
+    timeline.start()
+    res = wait(run_cli, api, "--no-probe", "--timeout", "30s", "--unschedulable-grace", "1s")
+    elapsed = time.monotonic() - timeline.times[0]
+    assert res.exit_code == 1, res.stdout
+    first = json.loads(res.stdout)["models"][0]["reasons"][0]
+    assert first["code"] == "InsufficientGPU" and "progressDeadlineSeconds (3s)" in first["message"]
+    assert 2.0 <= elapsed < 8  # at the deadline (1 s timestamp resolution), not at the 30 s timeout
 
 
 def test_watch_resumes_after_expired_resource_version(api):  # noqa: F811

@@ -11,7 +11,6 @@ import re
 from collections.abc import Iterable
 from datetime import datetime, timezone
 
-from kubectl_triton.compat import catalog
 from kubectl_triton.status import signatures
 from kubectl_triton.status.model import (
     FAILED,
@@ -27,8 +26,10 @@ from kubectl_triton.status.model import (
     Probe,
     Reason,
     Snapshot,
+    parse_time,
 )
 from kubectl_triton.status.reasons import FIXES, reason
+from kubectl_triton.status.scheduling import UNSCHEDULABLE_GRACE_S, scheduling_reasons
 
 NAME_LABEL = "app.kubernetes.io/name"
 INSTANCE_LABEL = "app.kubernetes.io/instance"
@@ -39,17 +40,15 @@ ENGINE_BUILD_NAME = "triton-engine-build"  # base/engine-build's Job and its pod
 ENGINE_BUILD_SELECTOR = f"{NAME_LABEL}={ENGINE_BUILD_NAME}"
 POD_SELECTOR = f"{NAME_LABEL} in ({TRITON_NAME},{ENGINE_BUILD_NAME})"
 DEFAULT_HTTP_PORT = 8000
-UNSCHEDULABLE_GRACE_S = 60.0
 CRASHES_BEFORE_GIVING_UP = 3  # a crash loop without a known signature is terminal after this many restarts
 
 _IMAGE_PULL = {"ImagePullBackOff", "ErrImagePull", "InvalidImageName", "ErrImageNeverPull"}
 _IMAGE_PULL_HOPELESS = re.compile(r"not found|manifest unknown|unauthorized|denied|invalid reference", re.I)
 _CONFIG_ERRORS = {"CreateContainerConfigError", "CreateContainerError"}
 _CRASH_WAITING = {"CrashLoopBackOff", "RunContainerError", "Error"}
-_SELECTOR_MISMATCH = re.compile(r"didn't match (pod's )?node (affinity|selector)|untolerated taint|"
-                                r"didn't tolerate|node\(s\) had taint|didn't match pod affinity", re.I)
-_AFFINITY_MISMATCH = re.compile(r"didn't match (pod's )?node (affinity|selector)", re.I)
-GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"  # GPU feature discovery's label, which the GPU Components select
+# spec.progressDeadlineSeconds that means "no deadline" (math.MaxInt32, extensions/v1beta1's default): the
+# Deployment controller then keeps no Progressing condition (pkg/controller/deployment/progress.go).
+NO_PROGRESS_DEADLINE = 2**31 - 1
 _FLUX_PROGRESSING = {"Progressing", "ProgressingWithRetry", "DependencyNotReady"}
 _FLUX_RETRYING = {"HealthCheckFailed"}  # Flux retries; the pod-level reasons say why
 _HPA_METRIC_FAILURES = re.compile(r"FailedGet.*Metric|InvalidMetricSourceType|FailedComputeMetricsReplicas")
@@ -85,15 +84,6 @@ def _labels(obj: dict) -> dict:
 
 def _condition(obj: dict, type_: str) -> dict | None:
     return next((c for c in (obj.get("status") or {}).get("conditions") or [] if c.get("type") == type_), None)
-
-
-def parse_time(value: str | None) -> datetime | None:
-    if not value:
-        return None
-    try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
 
 
 def short_revision(rev: str | None) -> str | None:
@@ -411,8 +401,9 @@ def diagnose_model(dep: dict, snap: Snapshot, now: datetime, grace: float) -> Mo
     pods = [p for p in all_pods if (p.get("status") or {}).get("phase") not in _FINISHED]
     short = int(status.get("readyReplicas") or 0) < replicas
     pod_reasons: list[Reason] = []
+    deadline = progress_deadline_s(dep)
     for pod in pods:
-        pod_reasons += _pod_reasons(pod, snap, now, grace)
+        pod_reasons += _pod_reasons(pod, snap, now, grace, deadline)
     for pod in all_pods:
         if pod not in pods:
             pod_reasons += _finished_pod_reasons(pod, short=short)
@@ -471,61 +462,15 @@ def _finished_pod_reasons(pod: dict, *, short: bool) -> list[Reason]:
     return []
 
 
-def _pod_reasons(pod: dict, snap: Snapshot, now: datetime, grace: float) -> list[Reason]:
-    _, name = _ns_name(pod)
+def _pod_reasons(pod: dict, snap: Snapshot, now: datetime, grace: float,
+                 deadline_s: float | None = None) -> list[Reason]:
+    """A pod's own reasons: scheduling (`deadline_s`: its Deployment's progress deadline, see scheduling.py),
+    then each container's state, events and log."""
     events = events_of(pod, snap.events)
-    out = _scheduling_reasons(pod, events, now, grace)
+    out = scheduling_reasons(pod, events, now, grace, deadline_s)
     for cs, init in _container_statuses(pod):
         out += _container_reasons(pod, cs, init, events, snap)
     return out
-
-
-def _scheduling_reasons(pod: dict, events: list[dict], now: datetime, grace: float) -> list[Reason]:
-    cond = _condition(pod, "PodScheduled")
-    if not cond or cond.get("status") != "False" or cond.get("reason") != "Unschedulable":
-        return []
-    _, name = _ns_name(pod)
-    message = cond.get("message") or next((e.get("message", "") for e in reversed(events)
-                                           if e.get("reason") == "FailedScheduling"), "")
-    since = parse_time(cond.get("lastTransitionTime"))
-    waited = (now - since).total_seconds() if since else 0.0
-    scaling_up = any(e.get("reason") == "TriggeredScaleUp" for e in events)
-    hopeless = waited >= grace and not scaling_up
-    sev = SEV_FAILED if hopeless else SEV_PROGRESSING
-    when = f"unschedulable for {int(waited)}s" + (" (cluster autoscaler is adding a node)" if scaling_up else "")
-    products = _gpu_products(pod)
-    if "nvidia.com/gpu" in message and "Insufficient" in message:
-        code = "InsufficientGPU"
-    elif products and _AFFINITY_MISMATCH.search(message) and "Insufficient" not in message:
-        return [reason("GPUTypeUnavailable", f"pod {name} {when}: no node of GPU type {_gpu_names(products)} "
-                       f"(the pod's nvidia.com/gpu.product); scheduler: {message.strip()}", sev, terminal=hopeless)]
-    elif _SELECTOR_MISMATCH.search(message) and "Insufficient" not in message:
-        code = "NoMatchingNode"
-    else:
-        code = "Unschedulable"
-    return [reason(code, f"pod {name} {when}: {message.strip()}", sev, terminal=hopeless)]
-
-
-def _gpu_products(pod: dict) -> list[str]:
-    """The GPU products (nvidia.com/gpu.product values) a pod's nodeSelector or required node affinity demands."""
-    spec = pod.get("spec") or {}
-    found = [str(v) for k, v in (spec.get("nodeSelector") or {}).items() if k == GPU_PRODUCT_LABEL]
-    required = (((spec.get("affinity") or {}).get("nodeAffinity") or {})
-                .get("requiredDuringSchedulingIgnoredDuringExecution") or {})
-    for term in required.get("nodeSelectorTerms") or []:
-        for expr in (term or {}).get("matchExpressions") or []:
-            if expr.get("key") == GPU_PRODUCT_LABEL and expr.get("operator") == "In":
-                found += [str(v) for v in expr.get("values") or []]
-    return list(dict.fromkeys(found))
-
-
-def _gpu_names(products: list[str]) -> str:
-    """`NVIDIA-L4 (l4)`: each product label with its catalog type where the catalog knows it."""
-    named = []
-    for product in products:
-        gpu = catalog.by_gfd_label(product)
-        named.append(f"{product} ({gpu.key})" if gpu is not None else product)
-    return " or ".join(named)
 
 
 def _container_reasons(pod: dict, cs: dict, init: bool, events: list[dict], snap: Snapshot) -> list[Reason]:
@@ -655,11 +600,25 @@ def _probe_reasons(pod: dict, probe: Probe) -> list[Reason]:
     return out
 
 
+def progress_deadline_s(dep: dict) -> float | None:
+    """The Deployment's spec.progressDeadlineSeconds; None when it has none: absent (a hand-written object; the
+    API server defaults apps/v1 to 600) or MaxInt32, which kstatus and the controller read as no deadline."""
+    value = _int((dep.get("spec") or {}).get("progressDeadlineSeconds"))
+    return None if value is None or value >= NO_PROGRESS_DEADLINE else float(value)
+
+
 def _deployment_reasons(dep: dict, *, has_pod_reasons: bool) -> list[Reason]:
     """kstatus semantics for Deployments (cli-utils pkg/kstatus/status/core.go): InProgress until the
     generation is observed, replicas created, updated, available and ready, the Progressing condition says
     NewReplicaSetAvailable and Available is True; Failed on ProgressDeadlineExceeded. Also the controller's
-    ReplicaFailure (FailedCreate: quota, admission) and spec.paused."""
+    ReplicaFailure (FailedCreate: quota, admission) and spec.paused.
+
+    The conditions confirm the counts where the controller writes them. Without a progress deadline (absent or
+    MaxInt32) it keeps no Progressing condition at all (kstatus skips the check then); a status without one, or
+    without an Available condition (which availableReplicas == replicas implies), is no evidence against a
+    complete rollout, so the counts decide, as in `kubectl rollout status` and Argo CD's Deployment health. A
+    condition the controller did write and that disagrees (Progressing not NewReplicaSetAvailable, Available
+    False) keeps the rollout InProgress, as kstatus does."""
     _, name = _ns_name(dep)
     spec, status = dep.get("spec") or {}, dep.get("status") or {}
     replicas = int(spec.get("replicas", 1))
@@ -682,9 +641,10 @@ def _deployment_reasons(dep: dict, *, has_pod_reasons: bool) -> list[Reason]:
     ready = int(status.get("readyReplicas") or 0)
     total = int(status.get("replicas") or 0)
     # (a paused Deployment's controller replaces the condition with DeploymentPaused: the counts say the rest)
-    new_rs_available = "progressDeadlineSeconds" not in spec or progressing.get("reason") == "DeploymentPaused" or (
-        progressing.get("status") == "True" and progressing.get("reason") == "NewReplicaSetAvailable")
-    available_cond = (_condition(dep, "Available") or {}).get("status") == "True"
+    new_rs_available = progress_deadline_s(dep) is None or not progressing or \
+        progressing.get("reason") == "DeploymentPaused" or (
+            progressing.get("status") == "True" and progressing.get("reason") == "NewReplicaSetAvailable")
+    available_cond = (_condition(dep, "Available") or {"status": "True"}).get("status") == "True"
     msg: str | None = None
     if observed < generation:
         msg = f"Deployment {name} generation {generation} not yet observed by the controller (at {observed})"

@@ -12,6 +12,16 @@ SEV_FAILED, SEV_UNKNOWN, SEV_PROGRESSING, SEV_WARNING = "failed", "unknown", "pr
 _SEVERITY_RANK = {SEV_FAILED: 0, SEV_UNKNOWN: 1, SEV_PROGRESSING: 2, SEV_WARNING: 3}
 
 
+def parse_time(value: str | None) -> datetime | None:
+    """An API timestamp (RFC 3339, `Z` or an offset), None when absent or unreadable."""
+    if not value:
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
 @dataclass(frozen=True)
 class Reason:
     """One cause with its fix. `terminal`: waiting cannot cure it (`--wait` stops at once)."""
