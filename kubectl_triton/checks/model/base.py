@@ -3,6 +3,7 @@ and the model checks' declarations in the registry. Rule modules import this one
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
@@ -75,10 +76,14 @@ TRTLLM_TEXT_INPUT = register("TRTLLMTextInput", "error", "model",
                              "put the preprocessing model (tokenizer) in front of it, as the ensemble does")
 WARMUP = register(
     "WarmupInvalid", "error", "model",
-    "A model_warmup sample Triton cannot run when the model loads (variable or missing dims, no data source, too "
-    "few or many model inputs, another data type or shape, a batch size above max_batch_size): the model fails.",
+    "A model_warmup sample that makes Triton refuse the model when it loads (variable or negative dims, no data "
+    "source, a missing or too short input_data_file, too few or many model inputs, another data type or shape, a "
+    "batch size above max_batch_size); a warning where Triton loads the model anyway: a batch_size 0 sample (skipped "
+    "unchecked), only passive instances (no warmup at all), a sample input the model does not declare (passed on "
+    "unchecked), a required input left out where optional ones make up the count.",
     "Give every sample input fixed dims, a data type and zero_data/random_data/input_data_file matching the "
-    "model's inputs, and a batch_size up to max_batch_size.")
+    "model's inputs, and a batch_size from 1 to max_batch_size (1 without batching); drop or rename inputs the "
+    "model does not declare.")
 INITIAL_STATE = register(
     "InitialStateInvalid", "error", "model",
     "An implicit state's initial_state does not match the state (data type, number and size of dims, name, data).",
@@ -119,6 +124,31 @@ class Issue:
 
 
 @dataclass(frozen=True)
+class DataFile:
+    """One data file of a model folder as Triton 2.51 reads it for a warmup input (backend_model_instance.cc
+    GenerateWarmupData reads the whole file; infer_request.cc ValidateBytesInputs walks TYPE_STRING data as
+    elements of a 4-byte little-endian length and that many bytes). `elements`: the length indicators the walk
+    reads before the data ends; `tail`: how it ends: "" at an element boundary, "indicator" with `left` (1-3) bytes
+    too few for a length, "truncated" inside the last element. `elements` is None for a file too large to walk."""
+
+    size: int
+    elements: int | None = None
+    tail: str = ""
+    left: int = 0
+
+    @classmethod
+    def read(cls, data: bytes) -> DataFile:
+        pos = elements = 0
+        while pos < len(data):
+            if len(data) - pos < 4:
+                return cls(len(data), elements, "indicator", len(data) - pos)
+            length = int.from_bytes(data[pos:pos + 4], "little")
+            elements += 1
+            pos += 4 + length
+        return cls(len(data), elements, "truncated" if pos > len(data) else "")
+
+
+@dataclass(frozen=True)
 class ModelFolder:
     """What the checks know of a model's folder besides its config.pbtxt."""
 
@@ -127,6 +157,8 @@ class ModelFolder:
     version_files: frozenset[str] = field(default_factory=frozenset)
     # files under warmup/ and initial_state/ ("warmup/input.bin"); None: not known (only the config was read)
     data_files: frozenset[str] | None = None
+    # what is known of each of those files (size, layout as TYPE_STRING data); a file missing here: not known
+    data: Mapping[str, DataFile] = field(default_factory=dict, hash=False)
 
 
 @cache

@@ -30,6 +30,7 @@ from kubectl_triton.checks.model.base import (
     VERSION_POLICY,
     WARMUP,
     WILDCARD,
+    DataFile,
     Issue,
     ModelFolder,
     is_ensemble,
@@ -501,72 +502,185 @@ def check_instance_groups(config: Any) -> Iterator[Issue]:
 
 
 def _type_name(data_type: int) -> str:
-    return pb_schema().DataType.Name(data_type).removeprefix("TYPE_")
+    """The data type as Triton's messages name it (DataTypeToProtocolString: TYPE_STRING is BYTES)."""
+    name = pb_schema().DataType.Name(data_type).removeprefix("TYPE_")
+    return "BYTES" if name == "STRING" else name
 
 
 def _shape(dims: Any) -> str:
     return "[" + ",".join(str(d) for d in dims) + "]"
 
 
+# triton::common::GetDataTypeByteSize; TYPE_STRING (and TYPE_INVALID) have none
+_BYTE_SIZE = {"BOOL": 1, "UINT8": 1, "UINT16": 2, "UINT32": 4, "UINT64": 8, "INT8": 1, "INT16": 2, "INT32": 4,
+              "INT64": 8, "FP16": 2, "FP32": 4, "FP64": 8, "BF16": 2}
+
+
+def _names(names: list[str]) -> str:
+    """A list of tensor names as Triton writes it: ['A','B']."""
+    return "[" + ",".join(f"'{n}'" for n in names) + "]"
+
+
+def _warmup_problem(sample: Any, config: Any, folder: ModelFolder) -> tuple[str, str, str] | None:
+    """The error with which Triton 2.51 refuses the model for one sample while it prepares the warmup requests
+    (backend_model_instance.cc TritonModelInstance::GenerateWarmupData, then InferenceRequest::PrepareForInference
+    -> Normalize in infer_request.cc), as (message, object, needle); None when the sample's requests are prepared.
+    The sample's batch_size does not matter here (each of its requests holds one batch-1 sample)."""
+    name, mbs = config.name, config.max_batch_size
+    obj = f"model_warmup '{sample.name}'"
+    declared = {io.name: io for io in config.input}
+    keys = sorted(sample.inputs)
+    for key in keys:  # first pass: the size of the synthetic data
+        if WILDCARD in sample.inputs[key].dims:
+            return (f"warmup setting expects all variable-size dimensions are specified for input '{key}'", obj,
+                    f'"{key}"')
+    for key in keys:  # second pass: each input's data
+        value = sample.inputs[key]
+        which = value.WhichOneof("input_data_type")
+        if which is None:
+            return f"warmup setting expects input '{key}' to have input_data_type set", obj, f'"{key}"'
+        if which != "input_data_file":
+            continue
+        rel = f"warmup/{value.input_data_file}"
+        if folder.data_files is not None and rel not in folder.data_files:
+            return (f"failed to open text file for read {folder.name}/{rel}: No such file or directory", obj,
+                    "input_data_file")
+        size = _BYTE_SIZE.get(_type_name(value.data_type), 0)
+        info = folder.data.get(rel)
+        if info is not None and size:
+            needed = _element_count(value.dims) * size
+            if needed % 2**64 > info.size:  # compared as size_t
+                return (f"warmup setting expects {needed} bytes, but the data provided from "
+                        f"{value.input_data_file}only has {info.size} bytes", obj, "input_data_file")
+    known = [k for k in keys if k in declared]
+    required = [io.name for io in config.input if not io.optional]
+    if not len(required) <= len(known) <= len(declared):  # InferenceRequest::ValidateRequestInputs
+        expected = (f"{len(required)} inputs" if len(required) == len(declared)
+                    else f"number of inputs between {len(required)} and {len(declared)}")
+        missing = [r for r in required if r not in known]
+        return (f"expected {expected} but got {len(known)} inputs for model '{name}'. Got input(s) {_names(known)}, "
+                f"but missing required input(s) {_names(missing)}. Please provide all required input(s).", obj,
+                "model_warmup")
+    for key in known:
+        value, io = sample.inputs[key], declared[key]
+        if value.data_type != io.data_type:
+            return (f"inference input '{key}' data-type is '{_type_name(value.data_type)}', but model '{name}' "
+                    f"expects '{_type_name(io.data_type)}'", obj, f'"{key}"')
+        dims, want = tuple(value.dims), tuple(io.dims)
+        batch = (1,) if mbs > 0 else ()
+        if len(dims) != len(want) or any(w not in (WILDCARD, d) for d, w in zip(dims, want, strict=True)):
+            full = (WILDCARD,) if mbs > 0 else ()
+            return (f"unexpected shape for input '{key}' for model '{name}'. Expected {_shape(full + want)}, got "
+                    f"{_shape(batch + dims)}.", obj, f'"{key}"')
+        if any(d < WILDCARD for d in dims):
+            count = _element_count(dims)
+            if count < 0:
+                expected_bytes = count * (_BYTE_SIZE.get(_type_name(value.data_type), 0) or 4)
+                return (f"input byte size mismatch for input '{key}' for model '{name}'. Expected {expected_bytes}, "
+                        f"got {expected_bytes % 2**64} (warmup sample '{sample.name}' input '{key}' has dims "
+                        f"{_shape(dims)}: a dimension below -1)", obj, f'"{key}"')
+            return (f"warmup sample '{sample.name}' input '{key}' has dims {_shape(dims)}: a dimension below -1 "
+                    f"crashes tritonserver 2.51 while it loads {name}", obj, f'"{key}"')
+        info = folder.data.get(f"warmup/{value.input_data_file}") \
+            if value.WhichOneof("input_data_type") == "input_data_file" else None
+        if _type_name(io.data_type) == "BYTES" and info is not None and info.elements is not None:
+            problem = _string_problem(key, name, _element_count(dims), info, value.input_data_file)
+            if problem:
+                return problem, obj, "input_data_file"
+    return None
+
+
+def _string_problem(key: str, name: str, count: int, info: DataFile, file: str) -> str | None:
+    """InferenceRequest::ValidateBytesInputs over a TYPE_STRING warmup file of `count` elements."""
+    where = f"for inference input '{key}' for model '{name}'"
+    if info.elements is not None and info.elements > count:
+        return f"unexpected number of string elements {count + 1} {where}, expecting {count}"
+    if info.tail == "indicator":
+        return (f"incomplete string length indicator {where}, expecting 4 bytes but only {info.left} bytes "
+                "available. Please make sure the string length indicator is in one buffer.")
+    if info.elements != count:
+        return f"expected {count} string elements {where}, got {info.elements}"
+    if info.tail == "truncated":
+        return (f"the last string element of warmup/{file} {where} is cut short (the file ends before the length "
+                "its indicator gives): Triton 2.51's input checks let it through, but running the warmup sample fails "
+                "(\"failed to run warmup sample\") and so does the model; tritonserver 2.51 crashed on it with the "
+                "python backend")
+    return None
+
+
+def _extra_inputs(config: Any) -> set[str]:
+    """Tensors a warmup sample may name besides the model inputs: sequence control inputs, implicit-state inputs
+    and batch inputs (Triton adds them to the request as override inputs, like any name it does not know)."""
+    seq = config.sequence_batching
+    return ({c.name for c in seq.control_input} | {st.input_name for st in seq.state}
+            | {target for b in config.batch_input for target in b.target_name})
+
+
 def check_warmup(config: Any, folder: ModelFolder) -> Iterator[Issue]:
-    """What Triton 2.51 does with each model_warmup sample when the model loads: every sample input needs fixed
-    dims and a data source; the inputs that name model inputs must number between the required and all inputs
-    (others are dropped) and match their data type and dims; the batch size must fit max_batch_size. The first
-    problem of the first failing sample is what the model fails with."""
-    if is_ensemble(config):
+    """What Triton 2.51 does with model_warmup when the model loads (backend_model_instance.cc).
+
+    Refused (error): each instance that is not passive prepares every sample with batch_size >= 1 when it is
+    created (GenerateWarmupData): every sample input needs fixed dims and a data source (an input_data_file must
+    exist and hold the bytes); the inputs that name model inputs must number between the required and all inputs
+    and match their data type and dims. The first problem of the first such sample fails the model. Then it runs
+    the samples in order (WarmUp), and the first error response fails the model: the python backend answers a
+    batch of warmup requests above max_batch_size (1 without batching) with one.
+
+    Loaded (warning): a batch_size 0 sample is skipped before anything of it is checked ("Skipping batch 0 warmup
+    sample" at --log-verbose=1); passive instances prepare and run no warmup at all; a name that is no model input
+    is added as an override input whose data type and dims nobody checks; a required input may be left out where
+    optional ones make up the count (Triton counts inputs, it does not name them). Decoupled models are warmed up
+    the same way (their responses go to the same callback)."""
+    if is_ensemble(config) or not config.model_warmup:
         return  # check_ensemble_scheduling refuses any model_warmup on an ensemble
     name, mbs = config.name, config.max_batch_size
-    declared = {io.name: io for io in config.input}
-    required = [io.name for io in config.input if not io.optional]
-    for sample in config.model_warmup:
-        obj = f"model_warmup '{sample.name}'"
-        for key in sorted(sample.inputs):
-            value = sample.inputs[key]
-            if any(d < -1 for d in value.dims):
-                yield Issue(WARMUP, f"warmup sample '{sample.name}' input '{key}' has dims "
-                            f"{_shape(value.dims)}: a dimension below -1 crashes tritonserver 2.51 while it loads "
-                            f"{name}", obj, f'"{key}"')
-                return
-            if WILDCARD in value.dims:
-                yield Issue(WARMUP, "warmup setting expects all variable-size dimensions are specified "
-                            f"for input '{key}'", obj, f'"{key}"')
-                return
-            which = value.WhichOneof("input_data_type")
-            if which is None:
-                yield Issue(WARMUP, f"warmup setting expects input '{key}' to have input_data_type set",
-                            obj, f'"{key}"')
-                return
-            if which == "input_data_file" and folder.data_files is not None \
-                    and f"warmup/{value.input_data_file}" not in folder.data_files:
-                yield Issue(WARMUP, f"failed to open text file for read {folder.name}/warmup/"
-                            f"{value.input_data_file}: No such file or directory", obj, "input_data_file")
-                return
-        known = [k for k in sorted(sample.inputs) if k in declared]
-        if not len(required) <= len(known) <= len(declared):
-            expected = (f"{len(required)} inputs" if len(required) == len(declared)
-                        else f"number of inputs between {len(required)} and {len(declared)}")
-            missing = [r for r in required if r not in known]
-            yield Issue(WARMUP, f"expected {expected} but got {len(known)} inputs for model '{name}'. Got "
-                        f"input(s) {known}, but missing required input(s) {missing}. Please provide all required "
-                        "input(s).", obj, "model_warmup")
+    samples = list(config.model_warmup)
+    if config.instance_group and all(group.passive for group in config.instance_group):
+        problem = next((p for s in samples if s.batch_size and (p := _warmup_problem(s, config, folder))), None)
+        also = f"; were an instance not passive, Triton would refuse {name}: {problem[0]}" if problem else ""
+        yield Issue(WARMUP, f"every instance group of {name} is passive: Triton 2.51 prepares and runs no "
+                    f"model_warmup on passive instances, so no sample is checked or run{also}", "model_warmup",
+                    "model_warmup", WARNING)
+        return
+    for sample in samples:
+        if sample.batch_size == 0:
+            problem = _warmup_problem(sample, config, folder)
+            also = f"; with batch_size 1 Triton would refuse {name}: {problem[0]}" if problem else ""
+            yield Issue(WARMUP, f"warmup sample '{sample.name}' has batch_size 0: Triton 2.51 skips it (\"Skipping "
+                        f"batch 0 warmup sample '{sample.name}'\" at --log-verbose=1), so it neither checks nor runs "
+                        f"it{also}", f"model_warmup '{sample.name}'", "batch_size", WARNING)
+    for sample in samples:
+        problem = _warmup_problem(sample, config, folder) if sample.batch_size else None
+        if problem:
+            yield Issue(WARMUP, *problem)
             return
-        for key in known:
-            value, io = sample.inputs[key], declared[key]
-            if value.data_type != io.data_type:
-                yield Issue(WARMUP, f"inference input '{key}' data-type is '{_type_name(value.data_type)}'"
-                            f", but model '{name}' expects '{_type_name(io.data_type)}'", obj, f'"{key}"')
-                return
-            dims, want = tuple(value.dims), tuple(io.dims)
-            if len(dims) != len(want) or any(w not in (WILDCARD, d) for d, w in zip(dims, want, strict=True)):
-                batch = (WILDCARD,) if mbs > 0 else ()
-                got = (1,) if mbs > 0 else ()
-                yield Issue(WARMUP, f"unexpected shape for input '{key}' for model '{name}'. Expected "
-                            f"{_shape(batch + want)}, got {_shape(got + dims)}.", obj, f'"{key}"')
-                return
+    for sample in samples:
         if sample.batch_size > max(mbs, 1):
-            yield Issue(WARMUP, f"failed to run warmup sample '{sample.name}': batch size "
-                        f"{sample.batch_size} for '{name}', max allowed is {mbs}", obj, "batch_size")
+            yield Issue(WARMUP, f"failed to run warmup sample '{sample.name}': batch size {sample.batch_size} for "
+                        f"'{name}', max allowed is {mbs} (the backend answers the sample's {sample.batch_size} "
+                        "batch-1 requests with this error and Triton refuses the model; tritonserver 2.51 may crash "
+                        "right after)", f"model_warmup '{sample.name}'", "batch_size")
             return
+    declared, extra = {io.name for io in config.input}, _extra_inputs(config)
+    required = [io.name for io in config.input if not io.optional]
+    for sample in samples:
+        if not sample.batch_size:
+            continue
+        obj = f"model_warmup '{sample.name}'"
+        lacking = [r for r in required if r not in sample.inputs]
+        if lacking:  # optional inputs make up the count
+            given = sum(k in declared for k in sample.inputs)
+            yield Issue(WARMUP, f"warmup sample '{sample.name}' lacks required input(s) {_names(lacking)} of {name}: "
+                        f"Triton 2.51 only counts a request's model inputs ({given}, between {len(required)} and "
+                        f"{len(declared)}), so it loads the model and the backend runs the sample without them; a "
+                        "model that reads them fails the warmup sample, and then Triton refuses it", obj,
+                        "model_warmup", WARNING)
+        unknown = sorted(k for k in sample.inputs if k not in declared and k not in extra)
+        if unknown:
+            yield Issue(WARMUP, f"warmup sample '{sample.name}' names {', '.join(repr(k) for k in unknown)}, which "
+                        f"{'is not an input' if len(unknown) == 1 else 'are not inputs'} of {name}: Triton 2.51 "
+                        "loads the model and adds such a tensor to the warmup requests as an extra (override) input, "
+                        "without counting it or checking its data type and dims", obj, f'"{unknown[0]}"', WARNING)
 
 
 def check_state(config: Any, folder: ModelFolder) -> Iterator[Issue]:

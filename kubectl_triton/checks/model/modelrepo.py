@@ -20,6 +20,7 @@ from kubectl_triton.checks.model.base import (
     MODEL_CONFIG_MISSING,
     TRTLLM_DECOUPLED,
     TRTLLM_TEXT_INPUT,
+    DataFile,
     Issue,
     ModelFolder,
     is_ensemble,
@@ -62,9 +63,24 @@ def _folder(model_dir: Path) -> ModelFolder:
     numeric = sorted(p.name for p in model_dir.iterdir() if p.is_dir() and p.name.isdigit())
     if numeric:  # Triton inspects the first version folder in name order
         files = frozenset(p.name for p in (model_dir / numeric[0]).iterdir())
-    data = frozenset(p.relative_to(model_dir).as_posix() for sub in ("warmup", "initial_state")
-                     if (model_dir / sub).is_dir() for p in (model_dir / sub).rglob("*") if p.is_file())
-    return ModelFolder(model_dir.name, tuple(versions), files, data)
+    paths = {p.relative_to(model_dir).as_posix(): p for sub in ("warmup", "initial_state")
+             if (model_dir / sub).is_dir() for p in (model_dir / sub).rglob("*") if p.is_file()}
+    return ModelFolder(model_dir.name, tuple(versions), files, frozenset(paths), _data_files(paths))
+
+
+_WALK_LIMIT = 1 << 20  # warmup files up to this size are also walked as TYPE_STRING data
+
+
+def _data_files(paths: dict[str, Path]) -> dict[str, DataFile]:
+    """Size (and TYPE_STRING layout, for small files) of every data file that can be read; others stay unknown."""
+    out = {}
+    for rel, path in paths.items():
+        try:
+            size = path.stat().st_size
+            out[rel] = DataFile.read(path.read_bytes()) if size <= _WALK_LIMIT else DataFile(size)
+        except OSError:
+            continue
+    return out
 
 
 def unconfigured_dirs(repo_dir: Path) -> list[Path]:
@@ -103,7 +119,25 @@ def _unconfigured(model_dir: Path, root: Path, strict: bool) -> list[Finding]:
         return [MODEL_CONFIG_MISSING.finding(
             f"no {CONFIG} in {rel}/: Triton auto-completes a {backend} configuration from the model file and "
             f"ignores {where}{also}", path=where, model=name, severity="warning")]
+    if backend == "python":
+        # Checked with tritonserver 2.51: READY with auto-complete on (no inputs or outputs unless model.py's
+        # auto_complete_config adds them), "failed to open text file for read" with it off.
+        declared = any(_defines_auto_complete(v / "model.py") for v in sorted(model_dir.iterdir()) if v.is_dir())
+        what = ("model.py's auto_complete_config is all it gets" if declared else
+                "model.py defines no auto_complete_config, so the model gets no inputs or outputs")
+        return [MODEL_CONFIG_MISSING.finding(
+            f"no {CONFIG} in {rel}/: Triton loads this python model only while auto-complete is on ({what}); a "
+            f"server started with --disable-auto-complete-config, as the base Deployment is, refuses it: \"failed "
+            f"to open text file for read {rel}/{CONFIG}: No such file or directory\"", path=where, model=name,
+            severity="warning")]
     return []
+
+
+def _defines_auto_complete(model_py: Path) -> bool:
+    try:
+        return "def auto_complete_config" in model_py.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
 
 
 def _read(model_dir: Path) -> _Model:

@@ -31,24 +31,27 @@ def _with_triton(repo_dir: Path) -> list[Finding]:
 @click.argument("model_repository", metavar="MODEL_REPOSITORY_DIR", type=click.Path(path_type=Path))
 @click.option("--triton", "use_triton", is_flag=True,
               help="Also load the repository in a real tritonserver (python-backend shadows of each model).")
+@click.option("--disable-auto-complete-config", "strict", is_flag=True,
+              help="Judge the repository as tritonserver started with this flag does (as the base Deployment is): "
+                   "every model folder needs its config.pbtxt. Default: Triton's own default, auto-complete on.")
 @output_option(FORMATS)
 @click.pass_context
-def command(ctx: click.Context, model_repository: Path, use_triton: bool, output: str | None) -> None:
+def command(ctx: click.Context, model_repository: Path, use_triton: bool, strict: bool, output: str | None) -> None:
     """Check MODEL_REPOSITORY_DIR: every sub-folder holding a config.pbtxt is a model named after it.
 
     Runs the rules Triton applies when it loads a model (names, data types, dims and reshape,
     batching, instance groups, sequence batching, ensembles' wiring, tensorrtllm parameters).
     Exit 0: no error findings; 1: error findings; 2: the folder cannot be used.
     """
-    from kubectl_triton.checks.model.modelrepo import CONFIG, check_repository, model_dirs
+    from kubectl_triton.checks.model.modelrepo import CONFIG, check_repository, model_dirs, unconfigured_dirs
 
     if not model_repository.exists():
         raise InputError(f"{model_repository}: no such directory")
-    if not model_dirs(model_repository):
+    if not model_dirs(model_repository) and not unconfigured_dirs(model_repository):
         hint = ("this folder is one model; pass the folder that holds it"
                 if (model_repository / CONFIG).is_file() else None)
-        raise InputError(f"{model_repository}: no model folders (sub-folders holding {CONFIG})", hint=hint)
-    findings = check_repository(model_repository)
+        raise InputError(f"{model_repository}: no model folders", hint=hint)
+    findings = check_repository(model_repository, strict=strict)
     if use_triton:
         findings += _with_triton(model_repository)
     emit(findings, output_format(ctx, output, FORMATS), click.echo)
