@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 
 import pytest
 
+from kubectl_triton.adapters import kustomize
 from kubectl_triton.gitops import diff
 from kubectl_triton.gitops.diff import Entry, Key
 
@@ -198,6 +200,154 @@ def test_broken_flux_file_refuses_instead_of_inventing_changes(git_repo: Path, r
     res = run_cli("diff", str(git_repo))
     assert res.exit_code == 2 and "removed" not in res.stdout
     assert res.stderr.startswith("error: cannot compare: head: clusters/production")
+
+
+# A file that does not render: (file, its whole broken text, the one line diff prints after "error: cannot compare:
+# <side>: "). kustomize names a broken file by its bare name (`in File: platform.yaml`) inside a chain of folders;
+# diff names it from the repository root, on the side it is broken on, a file that is no YAML as validate does
+# (YamlInvalid: line and column). Each is run with the break in the working tree (head); the first four also with
+# it in the base (a temporary worktree, whose paths must not leak), as the kustomize wording is the same there.
+FLUX = "apiVersion: kustomize.toolkit.fluxcd.io/v1\nkind: Kustomization\nmetadata:\n  name: platform\n" \
+       "  namespace: flux-system\nspec:\n  path: ./base/platform\n"
+BOTH_SIDES = [
+    pytest.param("clusters/production/platform.yaml", FLUX + "  extra:\n    - [a,\n",
+                 "clusters/production/platform.yaml:10:1: invalid YAML: did not find expected node content",
+                 id="flux-file"),
+    pytest.param("clusters/production/models/text-embedder-a10g.yaml", FLUX + "  timeout: [15m\n",
+                 "clusters/production/models/text-embedder-a10g.yaml:9:1: invalid YAML: did not find expected ',' or "
+                 "']'", id="flux-file-in-a-sub-folder"),
+    pytest.param("overlays/image-classifier/l4/kustomization.yaml",
+                 "kind: Kustomization\nresources:\n  - ../../../base/triton\n  - [a,\n",
+                 "overlays/image-classifier/l4/kustomization.yaml:5:1: invalid YAML: did not find expected node "
+                 "content", id="overlay-kustomization"),
+    pytest.param("kubectl-triton.yaml", "paths: [\n",
+                 "kubectl-triton.yaml:2:1: invalid YAML: did not find expected node content", id="layout-file"),
+]
+HEAD_ONLY = [
+    pytest.param("clusters/production/platform.yaml", FLUX + "spec: {}\n",
+                 'clusters/production: kustomize build failed: yaml: unmarshal errors: line 8: mapping key "spec" '
+                 "already defined at line 6", id="flux-file-duplicate-key"),  # kustomize names no file here
+    pytest.param("overlays/image-classifier/l4/kustomization.yaml", "kind: Kustomization\nresourcez: [a]\n",
+                 'overlays/image-classifier/l4/kustomization.yaml: invalid Kustomization: unknown field "resourcez"',
+                 id="overlay-kustomization-unknown-field"),
+    pytest.param("overlays/image-classifier/model/kustomization.yaml",
+                 "kind: Component\npatches:\n  - [a,\n",
+                 "overlays/image-classifier/model/kustomization.yaml:4:1: invalid YAML: did not find expected node "
+                 "content", id="component"),
+    pytest.param("overlays/image-classifier/model/deployment.yaml", "spec: [\n",
+                 "overlays/image-classifier/model/deployment.yaml:2:1: invalid YAML: did not find expected node "
+                 "content", id="patch"),
+    pytest.param("overlays/image-classifier/model/deployment.yaml", "- a\n",
+                 "overlays/image-classifier/model/deployment.yaml: not a patch kustomize can read (invalid YAML, or "
+                 "neither a strategic-merge nor a JSON patch)", id="patch-not-a-patch"),
+    pytest.param("base/triton/service.yaml", "kind: Service\nspec:\n  ports: [\n",  # every overlay: said once
+                 "base/triton/service.yaml:4:1: invalid YAML: did not find expected node content", id="base-resource"),
+]
+BROKEN = [pytest.param(side, *case.values, id=f"{case.id}-{side}")
+          for case in BOTH_SIDES for side in ("head", "base")] + \
+         [pytest.param("head", *case.values, id=f"{case.id}-head") for case in HEAD_ONLY]
+
+
+@pytest.mark.parametrize("side, rel, text, line", BROKEN)
+def test_a_broken_file_on_either_side_is_one_line_naming_the_side_and_the_file(git_repo: Path, run_cli, side: str,
+                                                                              rel: str, text: str, line: str):
+    path = git_repo / rel
+    good = path.read_text()
+    path.write_text(text)
+    if side == "base":  # the break committed, the working tree repaired: the base (HEAD) is the broken side
+        git(git_repo, "commit", "-qam", "break")
+        path.write_text(good)
+    res = run_cli("diff", str(git_repo))
+    assert res.exit_code == 2 and res.stdout == "", res.stderr
+    first, *rest = res.stderr.splitlines()
+    assert first == f"error: cannot compare: {side}: {line}"
+    assert rest == ["hint: fix the render error (kubectl triton validate shows every one), then diff again"] \
+        or (rel == "kubectl-triton.yaml" and rest == [])
+    assert len(_worktrees(git_repo)) == 1
+
+
+@pytest.mark.parametrize("side", ["head", "base"])
+def test_a_broken_model_yaml_is_data_to_diff_not_a_render_error(git_repo: Path, run_cli, side: str):
+    """model.yaml is kubectl-triton's metadata, which Flux never parses: an engine-build overlay ships it as
+    ConfigMap data (a change like any other), the others do not read it (validate reports it: YamlInvalid)."""
+    path = git_repo / "models/llama3-8b/model.yaml"
+    good = path.read_text()
+    path.write_text(good + "gpus: [h100-80gb,\n")
+    if side == "base":
+        git(git_repo, "commit", "-qam", "break")
+        path.write_text(good)
+    res = run_cli("diff", str(git_repo))
+    assert res.exit_code == 0 and res.stderr == ""
+    assert re.fullmatch(r"base HEAD \([0-9a-f]{12}\) → working tree", res.stdout.splitlines()[0])
+    assert "~ ConfigMap/triton/llama3-8b-h100-80gb-engine-build-model-" in res.stdout
+
+
+RAW = "/repo/overlays/m/l4"
+LOCATED = [  # kustomize's reason (RenderError.detail) for a build of RAW -> (file, line, problem)
+    pytest.param("accumulating resources: accumulating resources from 'platform.yaml': MalformedYAMLError: yaml: "
+                 "line 17: did not find expected node content in File: platform.yaml",
+                 f"{RAW}/platform.yaml", 17, "invalid YAML: did not find expected node content", id="kustomize-5"),
+    pytest.param("accumulating resources: accumulation err='accumulating resources from 'models': read "
+                 "/repo/c/models: is a directory': recursed accumulation of path '/repo/c/models': accumulating "
+                 "resources: accumulating resources from 'a.yaml': MalformedYAMLError: yaml: line 18: did not find "
+                 "expected ',' or ']' in File: a.yaml", "/repo/c/models/a.yaml", 18,
+                 "invalid YAML: did not find expected ',' or ']'", id="kustomize-5-sub-folder"),
+    pytest.param("accumulating resources: accumulation err='accumulating resources from 'p.yaml': MalformedYAMLError: "
+                 "yaml: line 3: could not find expected ':' in File: p.yaml': must build at directory: not a valid "
+                 "directory: evalsymlink failure on '/repo/overlays/m/l4/p.yaml'", f"{RAW}/p.yaml", 3,
+                 "invalid YAML: could not find expected ':'", id="kustomize-5.4-both-errors"),
+    pytest.param("accumulation err='accumulating resources from '../base': '/repo/overlays/m/base' must resolve to a "
+                 "file': recursed accumulation of path '/repo/overlays/m/base': accumulating resources: accumulation "
+                 "err='accumulating resources from 'b.yaml': yaml: line 2: mapping values are not allowed in this "
+                 "context': got file 'b.yaml', but '/repo/overlays/m/base/b.yaml' must be a directory to be a root",
+                 "/repo/overlays/m/base/b.yaml", 2, "invalid YAML: mapping values are not allowed in this context",
+                 id="kustomize-4"),
+    pytest.param("invalid Kustomization: yaml: line 18: did not find expected '-' indicator",
+                 f"{RAW}/kustomization.yaml", 18, "invalid YAML: did not find expected '-' indicator",
+                 id="kustomization"),
+    pytest.param("accumulating components: accumulateDirectory: \"couldn't make target for path "
+                 "'/repo/overlays/m/model': invalid Kustomization: yaml: line 12: did not find expected '-' "
+                 "indicator\"",
+                 "/repo/overlays/m/model/kustomization.yaml", 12, "invalid YAML: did not find expected '-' indicator",
+                 id="component-go-quoted"),
+    pytest.param('accumulating components: accumulateDirectory: "couldn\'t make target for path '
+                 '\'/repo/overlays/m/x\': invalid Kustomization: json: unknown field \\"resourcez\\""',
+                 "/repo/overlays/m/x/kustomization.yaml", None, 'invalid Kustomization: unknown field "resourcez"',
+                 id="component-unknown-field"),
+    pytest.param("accumulating components: accumulateDirectory: \"recursed accumulation of path "
+                 "'/repo/overlays/m/model': trouble configuring builtin PatchTransformer with config: "
+                 "`\\npath: d.yaml\\n`: unable to parse SM or JSON patch from "
+                 '[path: \\"d.yaml\\"]"', "/repo/overlays/m/model/d.yaml", None,
+                 "not a patch kustomize can read (invalid YAML, or neither a strategic-merge nor a JSON patch)",
+                 id="patch"),
+]
+
+
+@pytest.mark.parametrize("detail, file, line, problem", LOCATED)
+def test_kustomize_reasons_traced_to_the_file(detail: str, file: str, line: int | None, problem: str):
+    found = kustomize.locate(detail, Path(RAW))
+    assert found == kustomize.Located(Path(file), problem, line)
+
+
+def test_kustomize_reason_that_names_no_file_is_not_located():
+    assert kustomize.locate("accumulating resources: accumulation err='accumulating resources from 'missing.yaml': "
+                            "evalsymlink failure on '/repo/missing.yaml'", Path(RAW)) is None
+
+
+@pytest.mark.parametrize("stderr, reason", [
+    pytest.param('E1204 02:51:58.771373    9204 run.go:72] "command failed" err="invalid Kustomization: yaml: line 9"',
+                 "invalid Kustomization: yaml: line 9", id="klog"),
+    pytest.param('E1204 02:56:55.320331   24269 run.go:72] "command failed" err=<\n\tmap[string]interface {}(nil): '
+                 'yaml: unmarshal errors:\n\t  line 16: mapping key "spec" already defined at line 6\n\t  line 17: '
+                 'mapping key "spec" already defined at line 16\n >\n',
+                 'yaml: unmarshal errors: line 16: mapping key "spec" already defined at line 6; line 17: mapping key '
+                 '"spec" already defined at line 16', id="klog-several-lines"),
+    pytest.param('Error: map[string]interface {}(nil): yaml: unmarshal errors:\n  line 16: mapping key "spec" '
+                 "already defined at line 6\n", 'yaml: unmarshal errors: line 16: mapping key "spec" already defined '
+                 "at line 6", id="kustomize-binary-several-lines"),
+])
+def test_kustomize_reason_is_one_line(stderr: str, reason: str):
+    assert kustomize._first_error_line(stderr) == reason
 
 
 def test_not_a_git_repository(repo_copy: Path, run_cli, monkeypatch):

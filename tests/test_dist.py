@@ -85,11 +85,97 @@ def test_zipapp_runs_the_plugin_and_refuses_other_pythons_in_one_line(wheel: Pat
 
 
 def test_make_dist_builds_one_file_for_every_supported_python():
+    """Every interpreter of DIST_PYTHONS goes to tools/zipapp.py, found or not: it says which it cannot use."""
     proc = subprocess.run(["make", "-n", "dist"], cwd=REPO, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     build = next(ln for ln in proc.stdout.replace("\\\n", " ").splitlines() if "tools/zipapp.py" in ln)
     assert "-o dist/kubectl-triton" in build
+    assert "-p python3.10 -p python3.11 -p python3.12 -p python3.13 " in build
     assert "DIST_PYTHONS ?= python3.10 python3.11 python3.12 python3.13" in (REPO / "Makefile").read_text()
+
+
+SUPPORTED = ("3.10", "3.11", "3.12", "3.13")
+THIS = "{}.{}".format(*sys.version_info[:2])
+OTHERS = [v for v in SUPPORTED if v != THIS]
+INSTALL = "install them: pyenv install {v}; apt-get install {py} (on Ubuntu from the deadsnakes PPA); brew install " \
+          "{brew}; in GitHub Actions, actions/setup-python"
+OR_NAME = "or name the interpreters you have: make dist DIST_PYTHONS='python3.11 /opt/python3.12/bin/python3.12'"
+
+
+def _hint(versions: list[str], pyenv: tuple[str, ...] = ()) -> str:
+    ways = [f"select pyenv's: pyenv global $(pyenv global) {' '.join(pyenv)}"] if pyenv else []
+    if versions:
+        ways.append(INSTALL.format(v=" ".join(versions), py=" ".join(f"python{v}" for v in versions),
+                                   brew=" ".join(f"python@{v}" for v in versions)))
+    return "hint: " + "; ".join([*ways, OR_NAME])
+
+
+def _path_with(tmp_path: Path, versions: tuple[str, ...], shims: tuple[str, ...] = ()) -> str:
+    """A PATH holding only python<version> for each of `versions`, each running this interpreter (so a name
+    other than this version's lies about its version), and for each of `shims` a pyenv shim of a version that
+    pyenv has but does not select (what pyenv's shim prints then)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for version in versions:
+        wrapper = bin_dir / f"python{version}"
+        wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
+        wrapper.chmod(0o755)
+    for version in shims:
+        shim = bin_dir / f"python{version}"
+        shim.write_text(f"#!/bin/sh\necho 'pyenv: python{version}: command not found\n\nThe `python{version}'"
+                        f"\\'' command exists in these Python versions:\n  {version}.1\n\nNote: See '\\''pyenv help "
+                        "global'\\'' for tips on allowing multiple' >&2\nexit 127\n")
+        shim.chmod(0o755)
+    return str(bin_dir)
+
+
+def _zipapp(wheel: Path, out: Path, path: str, *args: str, env: dict[str, str] | None = None):
+    pythons = [a for v in SUPPORTED for a in ("-p", f"python{v}")]  # as `make dist` passes DIST_PYTHONS
+    environ = {k: v for k, v in os.environ.items() if k != "KUBECTL_TRITON_REQUIRE_SYSTEM_DEPS"}
+    return subprocess.run([sys.executable, str(REPO / "tools/zipapp.py"), "--wheel", str(wheel), *pythons, "--no-deps",
+                           *args, "-o", str(out)], capture_output=True, text=True, timeout=300,
+                          env={**environ, "PATH": path, **(env or {})})
+
+
+def test_dist_says_which_versions_it_built_for_and_which_it_could_not_find(wheel: Path, tmp_path: Path):
+    """A PATH with only this interpreter: the file is built for its version, and the others are named, with how
+    to get them, after the build (where it is read); the file then refuses them."""
+    app = tmp_path / "kubectl-triton"
+    proc = _zipapp(wheel, app, _path_with(tmp_path, (THIS,)))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[0] == f"building for CPython {THIS} (python{THIS})"
+    missing = ", ".join(f"python{v} (not found)" for v in OTHERS)
+    assert proc.stderr.splitlines() == [
+        f"warning: not built for {missing}: {app} refuses to run on those versions",
+        f"{_hint(OTHERS)}; KUBECTL_TRITON_REQUIRE_SYSTEM_DEPS=1 (or --require-all) makes this an error"]
+    launcher = zipfile.ZipFile(app).read("__main__.py").decode()
+    assert f"TAGS = ('cp{THIS.replace('.', '')}',)" in launcher
+
+
+NOT_FOUND = "error: cannot build for " + ", ".join(f"python{v} (not found)" for v in OTHERS)
+
+
+@pytest.mark.parametrize("versions, shims, args, env, error, hint", [
+    pytest.param((THIS,), (), [], {"KUBECTL_TRITON_REQUIRE_SYSTEM_DEPS": "1"}, NOT_FOUND, _hint(OTHERS), id="ci"),
+    pytest.param((THIS,), (), ["--require-all"], {}, NOT_FOUND, _hint(OTHERS), id="require-all"),
+    pytest.param((), (), [], {}, "error: cannot build for " + ", ".join(f"python{v} (not found)" for v in SUPPORTED),
+                 _hint(list(SUPPORTED)), id="none-found"),
+    pytest.param(SUPPORTED, (), ["--require-all"], {},
+                 "error: cannot build for " + ", ".join(f"python{v} (is CPython {THIS})" for v in OTHERS),
+                 _hint(OTHERS), id="a-name-that-lies"),
+    pytest.param((THIS,), tuple(OTHERS), ["--require-all"], {},
+                 "error: cannot build for " + ", ".join(f"python{v} (pyenv's {v}.1, not selected)" for v in OTHERS),
+                 _hint([], tuple(f"{v}.1" for v in OTHERS)), id="pyenv-shims"),
+])
+def test_dist_fails_before_building_when_versions_are_required(wheel: Path, tmp_path: Path, versions, shims, args,
+                                                               env, error, hint):
+    """Under CI (KUBECTL_TRITON_REQUIRE_SYSTEM_DEPS=1, as .ci/run sets for system-deps) or --require-all a missing
+    interpreter fails the build, as no interpreter at all always does: two lines, no file, no traceback."""
+    app = tmp_path / "kubectl-triton"
+    proc = _zipapp(wheel, app, _path_with(tmp_path, versions, shims), *args, env=env)
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert proc.stderr.splitlines() == [error, hint]
+    assert not app.exists()
 
 
 @pytest.mark.skipif(not (REPO / "dist/kubectl-triton").exists(), reason="run `make dist` to test the release file")

@@ -7,6 +7,10 @@ the versions that share it: `common/` (all of them: the pure-Python part), `cp31
 interpreter once into a cache (KUBECTL_TRITON_ROOT, default ~/.cache/kubectl-triton/<build id>) and runs the plugin
 from there. `--exclude DIST` leaves a distribution out (the plugin names it in one line when a command needs it).
 
+An interpreter given that is not on this machine (or is no CPython, another version than its name says, or has no
+pip) is left out with a warning naming it and how to get it, and the file refuses that version when run; with
+`--require-all`, or KUBECTL_TRITON_REQUIRE_SYSTEM_DEPS=1 (CI, as for `make system-deps`), that is an error instead.
+
     python tools/zipapp.py --wheel dist/kubectl_triton-X-py3-none-any.whl -p python3.10 -p python3.11 -o OUT
 """
 
@@ -15,11 +19,13 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
+import re
 import subprocess
 import sys
 import tempfile
 import zipfile
 from pathlib import Path
+from typing import NamedTuple
 
 SKIP_TOP = {"bin", "pip", "setuptools", "_distutils_hack", "distutils-precedence.pth", "__pycache__"}
 
@@ -70,9 +76,91 @@ main()
 '''
 
 
+def clean_env() -> dict[str, str]:
+    """This environment without what would point another interpreter at this one's packages."""
+    return {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
+
+
+PROBE = "import importlib.util, sys; print(sys.implementation.name, '%d.%d' % sys.version_info[:2], " \
+        "importlib.util.find_spec('pip') is not None)"
+_NAMED = re.compile(r"python(\d+\.\d+)")  # python3.12: the name says the version
+
+
+class Missing(NamedTuple):
+    """An interpreter given that cannot build the file, why, and the pyenv version when it is a pyenv shim of
+    a version installed but not selected."""
+
+    python: str
+    why: str
+    pyenv: str = ""
+
+
+def probe(python: str) -> str | Missing:
+    """The CPython version (3.11) of interpreter `python`, or why it cannot build the file: not found (also a
+    pyenv shim of a version pyenv does not select), no CPython, another version than its name says, no pip
+    (which installs the wheel)."""
+    try:
+        proc = subprocess.run([python, "-c", PROBE], capture_output=True, text=True, env=clean_env(), timeout=120)
+    except OSError:
+        return Missing(python, "not found")
+    except subprocess.TimeoutExpired:
+        return Missing(python, "does not answer")
+    if proc.returncode != 0:
+        if shim := re.search(r"command exists in these Python versions:\n((?:[ \t]+\S+\n?)+)", proc.stderr):
+            versions = shim.group(1).split()
+            return Missing(python, f"pyenv's {', '.join(versions)}, not selected", versions[-1])
+        return Missing(python, "not found" if proc.returncode == 127 else f"does not run (exit {proc.returncode})")
+    impl, version, pip = (proc.stdout.split() + ["", "", ""])[:3]
+    named = _NAMED.fullmatch(Path(python).name)
+    if impl != "cpython":
+        return Missing(python, f"is {impl or 'unknown'}, not CPython")
+    if named and named.group(1) != version:
+        return Missing(python, f"is CPython {version}")
+    if pip != "True":
+        return Missing(python, f"has no pip: {python} -m ensurepip")
+    return version
+
+
+def choose(pythons: list[str], require_all: bool) -> tuple[list[str], list[Missing]]:
+    """The interpreters of `pythons` that can build, and those that cannot; exits when none can or, with
+    `require_all`, when one cannot. Says on stdout which versions the file is built for."""
+    usable: list[tuple[str, str]] = []
+    missing: list[Missing] = []
+    for python in pythons:
+        found = probe(python)
+        if isinstance(found, Missing):
+            missing.append(found)
+        else:
+            usable.append((python, found))
+    if missing and (require_all or not usable):
+        print(f"error: cannot build for {listed(missing)}", file=sys.stderr)
+        print(f"hint: {how_to_get(missing)}", file=sys.stderr)
+        sys.exit(1)
+    print(f"building for CPython {', '.join(v for _, v in usable)} ({', '.join(p for p, _ in usable)})")
+    return [p for p, _ in usable], missing
+
+
+def listed(missing: list[Missing]) -> str:
+    return ", ".join(f"{m.python} ({m.why})" for m in missing)
+
+
+def how_to_get(missing: list[Missing]) -> str:
+    """How to get the interpreters `missing`, one line."""
+    ways = []
+    if shims := [m.pyenv for m in missing if m.pyenv]:
+        ways.append(f"select pyenv's: pyenv global $(pyenv global) {' '.join(shims)}")
+    if others := [m for m in missing if not m.pyenv]:
+        versions = [n.group(1) for m in others if (n := _NAMED.fullmatch(Path(m.python).name))] or ["3.X"]
+        ways.append(f"install them: pyenv install {' '.join(versions)}; apt-get install "
+                    f"{' '.join('python' + v for v in versions)} (on Ubuntu from the deadsnakes PPA); brew install "
+                    f"{' '.join('python@' + v for v in versions)}; in GitHub Actions, actions/setup-python")
+    return "; ".join(ways) + "; or name the interpreters you have: make dist DIST_PYTHONS='python3.11 " \
+        "/opt/python3.12/bin/python3.12'"
+
+
 def install(python: str, wheel: Path, into: Path, deps: bool = True) -> str:
     """Install `wheel` and its dependencies with `python` into `into`; returns its tag (cp311)."""
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
+    env = clean_env()
     tag = subprocess.run([python, "-c", "import sys; print('cp%d%d' % sys.version_info[:2])"], check=True,
                          capture_output=True, text=True, env=env).stdout.strip()
     subprocess.run([python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-compile",
@@ -160,8 +248,18 @@ def main() -> None:
     parser.add_argument("-o", "--output", type=Path, required=True)
     parser.add_argument("--no-deps", action="store_true", help="the plugin only (tests: dependencies on PYTHONPATH)")
     parser.add_argument("--exclude", action="append", default=[], metavar="DIST", help="leave a distribution out")
+    parser.add_argument("--require-all", action="store_true",
+                        default=os.environ.get("KUBECTL_TRITON_REQUIRE_SYSTEM_DEPS") == "1",
+                        help="fail when an interpreter given cannot build (default under "
+                             "KUBECTL_TRITON_REQUIRE_SYSTEM_DEPS=1) instead of leaving its version out")
     args = parser.parse_args()
-    build(args.wheel, args.python, args.output, deps=not args.no_deps, exclude=tuple(args.exclude))
+    pythons, missing = choose(args.python, args.require_all)
+    build(args.wheel, pythons, args.output, deps=not args.no_deps, exclude=tuple(args.exclude))
+    if missing:  # after pip's output, where it is read
+        print(f"warning: not built for {listed(missing)}: {args.output} refuses to run on those versions",
+              file=sys.stderr)
+        print(f"hint: {how_to_get(missing)}; KUBECTL_TRITON_REQUIRE_SYSTEM_DEPS=1 (or --require-all) makes this "
+              "an error", file=sys.stderr)
 
 
 if __name__ == "__main__":

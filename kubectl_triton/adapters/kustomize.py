@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import itertools
 import json
 import os
 import re
@@ -393,18 +394,92 @@ def _dump(path: Path, doc: dict[str, Any]) -> None:
 
 
 # kubectl kustomize reports through klog: E1203 05:34:56.161372    5568 run.go:72] "command failed" err="..."
-_KLOG = re.compile(r'^[EWIF]\d{4} [\d:.]+\s+\d+ [^\]]+\] "command failed" err=(".*")$')
+# and, for a reason of several lines, err=< then the lines (tab-indented) then " >".
+_KLOG = re.compile(r'^[EWIF]\d{4} [\d:.]+\s+\d+ [^\]]+\] "command failed" err=(".*"|<)$')
 
 
 def _first_error_line(stderr: str) -> str:
-    """kustomize's reason: the `Error:` line of the kustomize binary, or the err value of kubectl's klog line."""
-    lines = [ln.strip() for ln in stderr.strip().splitlines() if ln.strip()]
-    for ln in lines:
-        if ln.lower().startswith("error:"):
-            return ln[len("error:"):].strip()
-        if m := _KLOG.match(ln):
+    """kustomize's reason on one line: the `Error:` line of the kustomize binary, or the err value of kubectl's
+    klog line; a reason of several lines (go-yaml's `unmarshal errors:` and the lines it lists) is joined."""
+    raw = stderr.strip().splitlines()
+    for n, ln in enumerate(raw):
+        text = ln.strip()
+        if text.lower().startswith("error:"):  # the kustomize binary indents a reason's further lines
+            more = itertools.takewhile(lambda cont: cont[:1].isspace() and cont.strip(), raw[n + 1:])
+            return _one_line([text[len("error:"):], *more])
+        if m := _KLOG.match(text):
+            if m.group(1) == "<":
+                return _one_line(list(itertools.takewhile(lambda cont: cont.strip() != ">", raw[n + 1:])))
             try:
-                return str(json.loads(m.group(1)))
+                return _one_line(str(json.loads(m.group(1))).splitlines())
             except ValueError:
                 return m.group(1)[1:-1]
+    lines = [ln.strip() for ln in raw if ln.strip()]
     return lines[-1] if lines else "no output"
+
+
+# go-yaml prefixes an unmarshal error with the Go value it was decoding into: `map[string]interface {}(nil): `.
+_GO_VALUE = re.compile(r"^map\[string\]interface \{\}\(nil\): ")
+
+
+def _one_line(lines: list[str]) -> str:
+    """Lines `yaml: unmarshal errors:`, `line 16: a`, `line 17: b` as `yaml: unmarshal errors: line 16: a; line
+    17: b` (a message is one line), without go-yaml's Go value prefix."""
+    first, *rest = [ln.strip() for ln in lines if ln.strip()] or ["no output"]
+    first = _GO_VALUE.sub("", first)
+    return f"{first}{' ' if first.endswith(':') else '; '}{'; '.join(rest)}" if rest else first
+
+
+@dataclass(frozen=True)
+class Located:
+    """A kustomize failure traced to the file it is about (absolute) and, when kustomize gave it, the line."""
+
+    file: Path
+    problem: str
+    line: int | None = None
+
+
+# Folders kustomize names as it descends into them: a file named after one is relative to the last named.
+_FOLDER = re.compile(r"(?:recursed accumulation of path|couldn't make target for path) '([^']+)'")
+# A resource file that is no YAML: "MalformedYAMLError: yaml: line 17: did not find expected node content in
+# File: platform.yaml" (File: as listed in the kustomization that reads it).
+_MALFORMED = re.compile(r"MalformedYAMLError: (?:yaml: )?(?:line (\d+): )?(.+?) in File: ([^\s'\"\\]+)")
+# The same from kustomize 4 (kubectl 1.21-1.26): "accumulation err='accumulating resources from 'platform.yaml':
+# yaml: line 17: did not find expected node content': got file 'platform.yaml', but '…' must be a directory …".
+_MALFORMED_4 = re.compile(r"accumulating resources from '([^']+)': yaml: (?:line (\d+): )?(.+?)': got file ")
+# A kustomization file that is no YAML or no Kustomization: "invalid Kustomization: yaml: line 18: did not find
+# expected '-' indicator", "invalid Kustomization: json: unknown field \"resourcez\"".
+_INVALID = re.compile(r"invalid Kustomization: (.+)")
+# A patch file kustomize cannot read (no YAML, or no patch): the path as listed in the kustomization.
+_PATCH = re.compile(r'unable to parse SM or JSON patch from \[path: \\?"([^"\\]+)\\?"\]')
+_YAML_LINE = re.compile(r"^yaml: (?:unmarshal errors: )?(?:line (\d+): )?(.+)$")
+
+
+def locate(detail: str, folder: Path) -> Located | None:
+    """The file a build of `folder` failed on, when kustomize's reason (`RenderError.detail`) names one: a
+    resource or kustomization file that is not valid YAML (with kustomize's line), a kustomization kustomize
+    refuses, a patch it cannot parse. None for any other reason."""
+
+    def base(at: int) -> Path:
+        named = [m.group(1) for m in _FOLDER.finditer(detail, 0, at)]
+        return Path(named[-1]) if named else folder
+
+    if m := _MALFORMED.search(detail):
+        return Located(Path(os.path.normpath(base(m.start()) / m.group(3))), f"invalid YAML: {m.group(2)}",
+                       int(m.group(1)) if m.group(1) else None)
+    if m := _MALFORMED_4.search(detail):
+        return Located(Path(os.path.normpath(base(m.start()) / m.group(1))), f"invalid YAML: {m.group(3)}",
+                       int(m.group(2)) if m.group(2) else None)
+    if m := _INVALID.search(detail):
+        top = base(m.start())
+        kfile = next((top / n for n in KUSTOMIZATION_FILES if (top / n).is_file()), top / KUSTOMIZATION_FILES[0])
+        reason = re.split(r"'(?=: )", m.group(1), maxsplit=1)[0]  # the end of an err='…' it is quoted in
+        if len(re.findall(r'(?<!\\)"', detail[:m.start()])) % 2:  # inside a Go-quoted "…" (accumulateDirectory)
+            reason = re.split(r'(?<!\\)"', reason, maxsplit=1)[0].replace('\\"', '"')
+        if y := _YAML_LINE.match(reason):
+            return Located(kfile, f"invalid YAML: {y.group(2)}", int(y.group(1)) if y.group(1) else None)
+        return Located(kfile, f"invalid Kustomization: {reason.removeprefix('json: ')}")
+    if m := _PATCH.search(detail):
+        return Located(Path(os.path.normpath(base(m.start()) / m.group(1))),
+                       "not a patch kustomize can read (invalid YAML, or neither a strategic-merge nor a JSON patch)")
+    return None

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -362,7 +363,10 @@ def snapshots(roots: list[Path]) -> tuple[list[Snapshot], list[str]]:
     done: list[set[tuple[str, Path]]] = [set() for _ in roots]
     todo: list[tuple[int, str, Path]] = []
     for i, root in enumerate(roots):
-        Layout.load(root)  # a malformed layout file: no comparison (exit 2), whichever side has it
+        try:
+            Layout.load(root)  # a malformed layout file: no comparison (exit 2), whichever side has it
+        except InputError as err:
+            raise InputError(f"cannot compare: {_side_problem(_side(i, roots), root, err)}") from None
         for folder in Repository.at(root, tolerant=True).clusters:  # a malformed file fails its render
             snaps[i].setdefault(folder.name, {})
             if kustomization_file(folder.path):
@@ -378,14 +382,14 @@ def snapshots(roots: list[Path]) -> tuple[list[Snapshot], list[str]]:
         nxt: list[tuple[int, str, Path]] = []
         for (i, cluster, path), result in zip(todo, kustomize.build_many(p for _, _, p in todo), strict=True):
             rel = relative(roots[i], path)
-            side = "base" if i == 0 and len(roots) > 1 else "head"
+            side = _side(i, roots)
             if isinstance(result, RenderError):
-                errors.append(f"{side}: {rel}: kustomize build failed: {result.detail}")
+                errors.append(_side_problem(side, roots[i], result))
                 continue
             try:
                 docs = [d for d in yamlio.loads_all(result.yaml, rel) if isinstance(d, dict) and d.get("kind")]
             except TritonCtlError as err:
-                errors.append(f"{side}: {err.message}")
+                errors.append(_side_problem(side, roots[i], err))
                 continue
             objects = snaps[i].setdefault(cluster, {})
             for obj in docs:
@@ -393,17 +397,46 @@ def snapshots(roots: list[Path]) -> tuple[list[Snapshot], list[str]]:
             if cluster != UNAPPLIED:
                 paths, problems = _flux_paths(roots[i], docs)
                 nxt += [(i, cluster, p) for p in paths]
-                errors += [f"{side}: {rel}: {problem}" for problem in problems]
+                errors += [_side_problem(side, roots[i], f"{rel}: {problem}") for problem in problems]
         todo = nxt
         if not todo and not unapplied_round:
             unapplied_round = True
             todo = [(i, UNAPPLIED, o.resolve()) for i, root in enumerate(roots) for o in _overlay_paths(root)
                     if o.resolve() not in {p for _, p in done[i]}]
-    return snaps, errors
+    return snaps, list(dict.fromkeys(errors))  # a broken Component fails every overlay using it alike
+
+
+def _side(i: int, roots: list[Path]) -> str:
+    return "base" if i == 0 and len(roots) > 1 else "head"
+
+
+def _side_problem(side: str, root: Path, problem: RenderError | TritonCtlError | str) -> str:
+    """A side's problem on one line: `head: clusters/production/platform.yaml:18:1: invalid YAML: …`. The one
+    place diff words its errors: a kustomize failure traced to the file it is about (adapters.kustomize.locate)
+    names that file (a file that is no YAML as validate says it, else with kustomize's reason), another names the
+    folder that did not build; every path under `root` (the base side's is a temporary worktree) is written
+    repository-relative."""
+    if isinstance(problem, RenderError):
+        folder = Path(str(problem.path))
+        found = kustomize.locate(problem.detail, folder)
+        if found is not None:
+            text = f"{relative(root, found.file)}{f':{found.line}' if found.line else ''}: {found.problem}"
+            try:  # a file that is no YAML: as validate words it (YamlInvalid), line and column of the same parser
+                yamlio.load_all(found.file)
+            except InputError as err:
+                text = err.message if "invalid YAML" in err.message else text
+        else:
+            text = f"{relative(root, folder)}: kustomize build failed: {problem.detail}"
+    else:
+        text = problem.message if isinstance(problem, TritonCtlError) else problem
+    top = str(root.resolve())
+    text = text.replace(top + os.sep, "").replace(top, ".")
+    return f"{side}: {' '.join(text.split())}"
 
 
 def _overlay_paths(root: Path) -> list[Path]:
-    return [o.path for o in Repository.at(root).overlays]
+    # tolerant: a malformed kustomization file counts as an overlay, whose build fails and says why
+    return [o.path for o in Repository.at(root, tolerant=True).overlays]
 
 
 def git(cwd: Path, *args: str) -> str:
@@ -457,7 +490,10 @@ def compare(root: Path, ref: str) -> Report:
     Raises InputError when either side does not render: a side missing objects would read as removals."""
     commit = resolve_base(root, ref)
     with worktree(root, commit) as base_root:
-        layout = Layout.load(base_root) if (base_root / LAYOUT_FILE).is_file() else Layout()
+        try:
+            layout = Layout.load(base_root) if (base_root / LAYOUT_FILE).is_file() else Layout()
+        except InputError as err:
+            raise InputError(f"cannot compare: {_side_problem('base', base_root, err)}") from None
         if not (base_root / layout.overlays).is_dir() and not (base_root / layout.clusters).is_dir():
             snaps, errors = snapshots([root])
             snaps.insert(0, {})

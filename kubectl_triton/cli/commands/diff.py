@@ -27,15 +27,16 @@ def command(ctx: click.Context, repo_dir: Path | None, base_ref: str | None, out
     tree, and list per cluster the objects added, removed and changed, and the Deployments that will roll.
 
     Exit 0 (1 with --exit-code when something changed); 1 when a folder did not render; 2 on bad input."""
-    from kubectl_triton.gitops import repo
     from kubectl_triton.gitops.diff import compare, to_dict, to_markdown, to_text
+    from kubectl_triton.gitops.model import Repository
     from kubectl_triton.output.color import current
     from kubectl_triton.output.document import dumps
 
     output = output_format(ctx, output, FORMATS)
     if repo_dir is not None and not repo_dir.is_dir():
         raise InputError(f"{repo_dir}: no such directory")
-    root = repo.find_root(repo_dir)
+    # tolerant: a malformed layout file is reported by compare, naming the side (working tree or base) it is on
+    root = Repository.find(repo_dir, tolerant=True).root
     ref = base_ref or (f"origin/{os.environ['GITHUB_BASE_REF']}" if os.environ.get("GITHUB_BASE_REF") else "HEAD")
     report = compare(root, ref)
     if output in ("json", "yaml"):
