@@ -91,3 +91,33 @@ def test_no_binaries_is_one_line_naming_how_to_get_them(run_cli, repo_copy: Path
     assert result.exit_code == 2
     assert result.stderr.startswith(f"error: KUBEBUILDER_ASSETS={tmp_path} has no etcd, kube-apiserver")
     assert "make controlplane" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_crds_folder_brings_the_crds_of_charts_and_the_rest_is_not_checked(run_cli, repo_copy: Path, tmp_path):
+    # A CI job with setup-envtest's binaries and only the Prometheus operator's CRDs downloaded (--crds): the
+    # ServiceMonitor meets its schema, Flux's and KEDA's objects are named as not checked, never passed silently.
+    crds = tmp_path / "crds"
+    found = real.assets().crds
+    assert found is not None, "make controlplane copies the CRD manifests into its cache"
+    source = found / "github.com/prometheus-operator/prometheus-operator"
+    crds.mkdir()
+    for path in source.glob("*servicemonitors.yaml"):
+        (crds / path.name).write_text(path.read_text())
+    (crds / "README.md").write_text("not a manifest")
+    _edit(repo_copy / "base/triton/servicemonitor.yaml", "  endpoints:\n", "  endpoints:\n    - scrapeEvery: 5s\n")
+    findings = _findings(run_cli, repo_copy, "--server", "--crds", str(crds))
+    assert any(f["code"] == "ServerRejected" and "scrapeEvery: field not declared in schema" in f["message"]
+               for f in findings)
+    not_checked = " ".join(f["message"] for f in findings if f["code"] == "ServerNotChecked")
+    assert "kustomize.toolkit.fluxcd.io" in not_checked or "source.toolkit.fluxcd.io" in not_checked, not_checked
+    assert "leaderworkerset.x-k8s.io" in not_checked  # the lws chart's CRD, not among the --crds given
+
+
+@pytest.mark.parametrize("args, words", [
+    (("--crds", "no-such-folder"), "--crds no-such-folder: no such directory"),
+    (("--crds", ".", "--context", "kind-x"), "--crds applies to the ephemeral API server only"),
+])
+def test_crds_folder_usage_errors_are_one_line(run_cli, repo_copy: Path, args, words):
+    result = run_cli("validate", str(repo_copy), "--server", *args)
+    assert result.exit_code == 2 and result.stderr.startswith("error: ") and words in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr

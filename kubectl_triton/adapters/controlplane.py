@@ -30,7 +30,7 @@ from kubectl_triton.errors import ToolMissing, TritonCtlError
 REQUIRED = ("etcd", "kube-apiserver")
 START_TIMEOUT = 90.0  # seconds for etcd and the API server to answer readyz on a loaded 2-core machine
 HOW_TO_GET = ("no etcd and kube-apiserver binaries: set KUBEBUILDER_ASSETS to a folder that has them "
-              "(setup-envtest use -p path), or run `make controlplane` in a kubectl-triton checkout")
+              "(setup-envtest use -p path), or run `make controlplane` in a clone of kubectl-triton")
 # Admission plugins enabled beyond the API server's defaults (which include PodSecurity, ServiceAccount,
 # NamespaceLifecycle, LimitRanger, ResourceQuota and the admission webhooks), as kubeadm enables them.
 EXTRA_ADMISSION = ("NodeRestriction",)

@@ -33,7 +33,7 @@ from kubectl_triton.adapters.kube import HttpError, Kube
 from kubectl_triton.checks.findings import Finding
 from kubectl_triton.checks.manifests import convergence
 from kubectl_triton.checks.registry import register
-from kubectl_triton.errors import ClusterError
+from kubectl_triton.errors import ClusterError, InputError
 from kubectl_triton.formats import yamlio
 from kubectl_triton.formats.schemas import object_id
 from kubectl_triton.gitops.layout import ClusterProvides
@@ -84,12 +84,16 @@ class Target:
 
 
 def load_crds(folder: Path | None) -> dict[str, list[dict]]:
-    """CRD manifests under `folder` (the control-plane build cache's crds/), by API group."""
+    """CRD manifests under `folder` (--crds, or the control-plane build cache's crds/), by API group."""
     out: dict[str, list[dict]] = {}
     if folder is None:
         return out
-    for path in sorted(folder.rglob("*.yaml")):
-        for doc in yamlio.loads_all(path.read_text(), str(path)):
+    for path in sorted([*folder.rglob("*.yaml"), *folder.rglob("*.yml")]):
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as err:
+            raise InputError(f"{path}: cannot read CRD manifests: {getattr(err, 'strerror', None) or err}") from None
+        for doc in yamlio.loads_all(text, str(path)):
             if isinstance(doc, dict) and doc.get("kind") == "CustomResourceDefinition":
                 group = str((doc.get("spec") or {}).get("group") or "")
                 out.setdefault(group, []).append(doc)

@@ -38,11 +38,16 @@ LIST_FORMATS = ("text", "json", "yaml", "markdown")
                    "(KUBEBUILDER_ASSETS or the `make controlplane` cache).")
 @click.option("--kubeconfig", default=None, help="With --server: the kubeconfig of the cluster to dry-run against.")
 @click.option("--context", "kube_context", default=None, help="With --server: the kubeconfig context to use.")
+@click.option("--crds", "crd_dir", type=click.Path(path_type=Path), envvar="KUBECTL_TRITON_CRDS", default=None,
+              help="With --server on an ephemeral API server: a folder of CRD manifests (searched recursively, "
+                   "other kinds ignored) to install for the charts and add-ons; default: the crds/ of the "
+                   "`make controlplane` cache or beside KUBEBUILDER_ASSETS.  [env: KUBECTL_TRITON_CRDS]")
 @click.option("--list-checks", is_flag=True, help="List every check (code, severity, scope, description) and exit.")
 @click.pass_context
 def command(ctx: click.Context, repo_dir: Path | None, with_triton: bool, output: str | None,
             kubernetes_version: str, no_compat: bool, changed_from: str | None, no_cache: bool,
-            with_server: bool, kubeconfig: str | None, kube_context: str | None, list_checks: bool) -> None:
+            with_server: bool, kubeconfig: str | None, kube_context: str | None, crd_dir: Path | None,
+            list_checks: bool) -> None:
     """Render every overlay and Flux path, check schemas, model configurations (ensembles included),
     engine/GPU compatibility and the deployment guides' practices. Exit 0: no errors; 1: errors; 2: bad input."""
     from kubectl_triton.checks.gate import Options, validate_repo
@@ -70,7 +75,12 @@ def command(ctx: click.Context, repo_dir: Path | None, with_triton: bool, output
             click.echo(f"… {msg}", err=True)
     if (kubeconfig or kube_context) and not with_server:
         raise InputError("--kubeconfig and --context only apply with --server")
-    server = _server_target(kubeconfig, kube_context) if with_server else None
+    if crd_dir is not None and with_server:
+        if kubeconfig or kube_context:
+            raise InputError("--crds applies to the ephemeral API server only: a cluster context has its own CRDs")
+        if not crd_dir.is_dir():
+            raise InputError(f"--crds {crd_dir}: no such directory")
+    server = _server_target(kubeconfig, kube_context, crd_dir) if with_server else None
     findings = validate_repo(root, Options(kubernetes_version, with_triton, not no_compat, not no_cache, changed_from,
                                            server), progress)
     if not repository.overlays:  # asked after the run, whose parse memo it reuses
@@ -81,7 +91,7 @@ def command(ctx: click.Context, repo_dir: Path | None, with_triton: bool, output
         raise click.exceptions.Exit(1)
 
 
-def _server_target(kubeconfig: str | None, kube_context: str | None) -> Any:
+def _server_target(kubeconfig: str | None, kube_context: str | None, crd_dir: Path | None) -> Any:
     """The API server --server applies to: the named cluster (dry run only), else an ephemeral one."""
     from kubectl_triton.adapters import controlplane, kube
     from kubectl_triton.checks import server
@@ -89,10 +99,11 @@ def _server_target(kubeconfig: str | None, kube_context: str | None) -> Any:
     if kubeconfig or kube_context:
         return server.Target(kube=kube.connect(kubeconfig, kube_context))
     assets = controlplane.find_assets()
-    if assets.crds is None:
-        click.echo(f"note: {assets.source} has no CRD manifests: custom resources of charts and add-ons are "
-                   "not put to the API server (ServerNotChecked)", err=True)
-    return server.Target(ephemeral=lambda: server.ephemeral_cluster(assets), crds=server.load_crds(assets.crds))
+    crds = crd_dir or assets.crds
+    if crds is None:
+        click.echo(f"note: {assets.source} has no CRD manifests (give a folder of them with --crds): custom "
+                   "resources of charts and add-ons are not put to the API server (ServerNotChecked)", err=True)
+    return server.Target(ephemeral=lambda: server.ephemeral_cluster(assets), crds=server.load_crds(crds))
 
 
 def _triton_available() -> bool:
