@@ -111,8 +111,25 @@ def _bundled_versions() -> list[tuple[int, int]]:
     return []
 
 
+def sops_encrypted(obj: Any) -> bool:
+    """Whether `obj` is a SOPS-encrypted file's object: a top-level `sops` mapping with the `mac` or `lastmodified`
+    that sops writes. Flux's kustomize-controller (spec.decryption.provider: sops) decrypts it and drops that key
+    before it applies the object."""
+    meta = obj.get("sops") if isinstance(obj, dict) else None
+    return isinstance(meta, dict) and ("mac" in meta or "lastmodified" in meta)
+
+
+def _encrypted(value: Any) -> bool:
+    return isinstance(value, str) and value.startswith("ENC[") and value.endswith("]")
+
+
 def validate_object(obj: Any, kubernetes_version: str = DEFAULT_KUBERNETES_VERSION) -> list[SchemaIssue]:
-    """Every schema violation of one rendered object; unknown kinds give one `missing_schema` issue."""
+    """Every schema violation of one rendered object; unknown kinds give one `missing_schema` issue. A
+    SOPS-encrypted object is judged as Flux applies it: without its `sops` key, and an encrypted value (`ENC[...]`,
+    a string whatever the plain value's type) is not judged."""
+    encrypted = sops_encrypted(obj)
+    if encrypted:
+        obj = {k: v for k, v in obj.items() if k != "sops"}
     if not isinstance(obj, dict) or not obj.get("apiVersion") or not obj.get("kind"):
         return [SchemaIssue(object_id(obj) if isinstance(obj, dict) else "?", "not a Kubernetes object "
                             "(apiVersion and kind are required)")]
@@ -127,6 +144,8 @@ def validate_object(obj: Any, kubernetes_version: str = DEFAULT_KUBERNETES_VERSI
                             f"{kubernetes_version} and not a bundled custom resource", missing_schema=True)]
     issues = []
     for err in sorted(validator.iter_errors(obj), key=lambda e: list(e.absolute_path)):
+        if encrypted and _encrypted(err.instance):
+            continue
         where = ".".join(str(p) for p in err.absolute_path) or "(root)"
         issues.append(SchemaIssue(oid, f"{where}: {_short(err.message)}"))
     return issues

@@ -14,13 +14,58 @@ import yaml
 
 from kubectl_triton.errors import InputError
 
+# YAML read as kustomize (kyaml, go-yaml v3) and the API server (sigs.k8s.io/yaml) read it, where PyYAML's safe
+# loader refuses what they accept:
+# - a plain `=` is the string "=" (PyYAML resolves it to YAML 1.1's value tag and has no constructor for it; real
+#   CRDs and kube-prometheus rules carry it, as `matchType: =`);
+# - a tag no constructor knows (`!env_var X`, `!secret y`, `!custom {a: b}`) is dropped: the node is read as if
+#   untagged, a scalar as its text (`!foo 12` is the string "12", as `kubectl kustomize` renders it), a mapping or
+#   a sequence as one;
+# - an anchor defined again (`&key one` ... `&key two`) redefines it: later aliases name the latest node
+#   (PyYAML's composer raises "found duplicate anchor"; go-yaml v3 accepts it).
+# Real syntax errors (an unclosed flow, a bad indent, an undefined alias) stay errors with their file:line.
 
-class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
-    """The safe loader, reading a plain `=` as the string "=" as Kubernetes' YAML reader does (PyYAML resolves it
-    to YAML 1.1's value tag and has no constructor for it; real CRDs and kube-prometheus rules carry it)."""
+
+def _untagged(loader: yaml.SafeLoader, _suffix: str, node: yaml.Node) -> Any:
+    if isinstance(node, yaml.MappingNode):
+        return loader.construct_yaml_map(node)
+    if isinstance(node, yaml.SequenceNode):
+        return loader.construct_yaml_seq(node)
+    return loader.construct_scalar(node)  # type: ignore[arg-type]
 
 
-_Loader.add_constructor("tag:yaml.org,2002:value", yaml.SafeLoader.construct_yaml_str)
+class _PyLoader(yaml.SafeLoader):
+    """The pure-Python safe loader, whose composer lets an anchor be defined again (used for the streams that have
+    one: the C composer cannot be told to)."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if not self.check_event(yaml.AliasEvent):
+            anchor = self.peek_event().anchor
+            if anchor is not None:
+                self.anchors.pop(anchor, None)  # a redefinition replaces the earlier node for later aliases
+        return super().compose_node(parent, index)
+
+
+class _Loader(getattr(yaml, "CSafeLoader", _PyLoader)):  # type: ignore[misc]
+    """The safe loader (PyYAML's C one when present) with kustomize's reading of `=` and of unknown tags."""
+
+
+for _loader in {_Loader, _PyLoader}:
+    _loader.add_constructor("tag:yaml.org,2002:value", yaml.SafeLoader.construct_yaml_str)  # type: ignore[type-var]
+    _loader.add_multi_constructor(None, _untagged)  # type: ignore[arg-type]
+
+
+def _duplicate_anchor(err: yaml.YAMLError) -> bool:
+    return isinstance(err, yaml.composer.ComposerError) and "duplicate anchor" in str(err.context or "")
+
+
+def _load_all(text: str) -> list[Any]:
+    try:
+        return [d for d in yaml.load_all(text, Loader=_Loader) if d is not None]
+    except yaml.YAMLError as err:
+        if _Loader is _PyLoader or not _duplicate_anchor(err):
+            raise
+    return [d for d in yaml.load_all(text, Loader=_PyLoader) if d is not None]
 
 
 def load_data(text: str, source: str = "<data>") -> Any:
@@ -32,7 +77,7 @@ def load_data(text: str, source: str = "<data>") -> Any:
 def loads_all(text: str, source: str = "<string>") -> list[Any]:
     """All documents of a YAML stream, empty documents dropped."""
     try:
-        return [d for d in yaml.load_all(text, Loader=_Loader) if d is not None]
+        return _load_all(text)
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f":{mark.line + 1}:{mark.column + 1}" if mark else ""
@@ -40,6 +85,8 @@ def loads_all(text: str, source: str = "<string>") -> list[Any]:
         raise InputError(f"{source}{where}: invalid YAML: {problem}") from None
     except RecursionError:
         raise InputError(f"{source}: invalid YAML: nested too deeply") from None
+    except (ValueError, TypeError, OverflowError) as err:  # a value its explicit tag cannot take (`!!int x`)
+        raise InputError(f"{source}: invalid YAML: {err}") from None
 
 
 _PARSED: dict[bytes, list[Any] | str] = {}  # content digest -> documents, or the error after its source name

@@ -1,10 +1,15 @@
 """Security findings over what the repository deploys (picked up by `validate` through REPO_CHECKS).
 
-- Pods against Pod Security Standards "restricted", plus a read-only root filesystem (codes in the check registry).
+- Triton's pods against Pod Security Standards "restricted", plus a read-only root filesystem (codes in the check
+  registry): every workload of the folders kubectl-triton manages (the layout's overlays and bases) and, anywhere
+  else, the workloads whose pods run tritonserver. The repository's other workloads (a user's CronJob among their
+  own apps) follow the user's policy (their Pod Security admission, Kyverno, ...), not this tool's.
 - NetworkPolicy shape: every Triton Deployment is selected by a policy that admits the inference ports only
   from labelled client namespaces and the metrics port only from the monitoring namespace.
-- Literal credentials: Secret objects, credential-named env values and ConfigMap keys, well-known token
-  patterns in any string of a rendered object, and the same in models/*/model.yaml.
+- Literal credentials: Secret objects (not SOPS-encrypted ones), credential-named env values and ConfigMap keys,
+  well-known token patterns in any string of a rendered object, and the same in models/*/model.yaml; in every
+  folder (a credential in git is one wherever it is). References and placeholders (`$(VAR)`, `${VAR}`, `%s`,
+  `{token}`, `{{ .token }}`, `ENC[...]`) are not credentials.
 
 Opt-out, per object: the annotation `triton.kubectl.io/security-exempt: "<Code>[,<Code>...]: <reason>"`
 (the reason is required). A malformed exemption is itself an error and
@@ -21,7 +26,7 @@ from typing import Any
 from kubectl_triton.checks.findings import ERROR, WARNING, Finding
 from kubectl_triton.checks.registry import Severity, register
 from kubectl_triton.errors import TritonCtlError
-from kubectl_triton.formats.schemas import object_id
+from kubectl_triton.formats.schemas import object_id, sops_encrypted
 from kubectl_triton.formats.yamlio import load_all_shared
 from kubectl_triton.gitops import workloads
 from kubectl_triton.gitops.labels import EXEMPT_ANNOTATION, INSTANCE_LABEL
@@ -90,8 +95,11 @@ _CRED_VALUE = [
     (re.compile(r"\bxox[abpr]-[A-Za-z0-9-]{10,}\b"), "a Slack token"),
     (re.compile(r"\b[a-z][a-z0-9+.-]*://[^/\s:@]+:[^/\s@]+@"), "a URL with a password"),
 ]
-# Values that are references or placeholders, not credentials.
-_PLACEHOLDER = re.compile(r"^(\$\(.*\)|\$\{.*\}|<.*>|ENC\[.*\]|changeme|redacted|\*+|x+|)$", re.IGNORECASE)
+# Values that are references or placeholders, not credentials: $(VAR) and ${VAR} (also $${VAR}, as postBuild
+# escapes it), $VAR (upper case, as environment variables are named), printf/Go/Python format directives (%s, %v,
+# %(name)s), {name} and {{ template }} fields, <placeholder>, SOPS' ENC[...], and the usual dummies.
+_PLACEHOLDER = re.compile(r"^(\$+\(.*\)|\$+\{.*\}|(?-i:\$+[A-Z_][A-Z0-9_]*)|%[-#+ 0-9.*]*[a-zA-Z]|%\([^)]*\)[a-zA-Z]|"
+                          r"\{[^{}]*\}|\{\{.*\}\}|<.*>|ENC\[.*\]|changeme|redacted|\*+|x+|)$", re.IGNORECASE)
 
 
 # -- entry point ---------------------------------------------------------------------------------------------
@@ -100,23 +108,28 @@ def check(root: Path, targets: list[Any]) -> list[Finding]:
     """Every security finding for the rendered `targets` and the model metadata under `root`. The metrics port may
     open to the namespace of the layout file's existing Prometheus (`monitoring.namespace`), else `monitoring`."""
     out: list[Finding] = []
-    metrics_namespace = Repository.at(root, tolerant=True).layout.prometheus.namespace
+    layout = Repository.at(root, tolerant=True).layout
+    managed = [top.strip("/") for top in (layout.overlays, layout.bases)]
     for target in targets:
-        out += check_objects(target.rel, target.objects, metrics_namespace)
+        mine = any(target.rel == top or target.rel.startswith(f"{top}/") for top in managed)
+        out += check_objects(target.rel, target.objects, layout.prometheus.namespace, managed=mine)
     out += check_model_metadata(root)
     return out
 
 
-def check_objects(source: str, objects: Iterable[Any], metrics_namespace: str = MONITORING_NAMESPACE) -> list[Finding]:
+def check_objects(source: str, objects: Iterable[Any], metrics_namespace: str = MONITORING_NAMESPACE, *,
+                  managed: bool = True) -> list[Finding]:
     """Findings for one rendered kustomization (`source` names it in the findings); the metrics port may open to
-    `metrics_namespace` only (where Prometheus runs)."""
+    `metrics_namespace` only (where Prometheus runs). `managed`: a folder kubectl-triton manages (an overlay or
+    base), whose every workload's pods are checked; elsewhere only those of workloads running tritonserver."""
     objects = [o for o in objects if isinstance(o, dict)]
     out: list[Finding] = []
     for obj in objects:
         exempt, problems = exemptions(_meta(obj).get("annotations"))
         out += [CHECKS["ExemptionInvalid"].finding(p, path=source, object=_oid(obj)) for p in problems]
         found: list[Finding] = []
-        found += check_pod(source, obj)
+        if managed or runs_triton(obj):
+            found += check_pod(source, obj)
         found += check_credentials(source, obj)
         out += [f for f in found if f.code.removeprefix("security.") not in exempt]
     out += check_network_policies(source, objects, metrics_namespace)
@@ -173,6 +186,19 @@ def _containers(pod: dict) -> Iterator[dict]:
                 yield c
 
 
+def _triton_container(container: dict) -> bool:
+    """A container running Triton: named tritonserver, or of an image whose repository is tritonserver
+    (nvcr.io/nvidia/tritonserver:<tag>)."""
+    image = str(container.get("image") or "").split("@", 1)[0]
+    repository = image.rsplit("/", 1)[-1].split(":", 1)[0]
+    return container.get("name") == TRITON_CONTAINER or repository == TRITON_CONTAINER
+
+
+def runs_triton(obj: dict) -> bool:
+    """Whether a workload's pods (any of its templates) run a Triton container."""
+    return any(_triton_container(c) for t in workloads.templates(obj) for c in _containers(t.spec))
+
+
 def check_pod(source: str, obj: dict) -> list[Finding]:
     """Pod Security Standards "restricted" and a read-only root filesystem for every pod template of one workload
     (both of a LeaderWorkerSet group's, each finding naming the leader or the workers)."""
@@ -212,8 +238,8 @@ def _check_pod_spec(source: str, obj: dict, pod: dict, who: str) -> list[Finding
         if uid == 0 or sc.get("runAsUser") == 0:
             add("RunAsNonRoot", f"container {name}: runAsUser 0 runs as root")
         elif non_root is not True:
-            add("RunAsNonRoot", f"container {name}: runAsNonRoot is not true (pod or container securityContext); "
-                "the Triton image's unprivileged user is uid 1000")
+            add("RunAsNonRoot", f"container {name}: runAsNonRoot is not true (pod or container securityContext)"
+                + ("; the Triton image's unprivileged user is uid 1000" if _triton_container(c) else ""))
         if sc.get("privileged") is True:
             add("Privileged", f"container {name}: privileged: true")
         if sc.get("allowPrivilegeEscalation") is not False:
@@ -384,8 +410,10 @@ def literal_credential(key: str, value: Any) -> bool:
 
 
 def _sops(obj: dict) -> bool:
-    return "sops" in obj or all(str(v).startswith("ENC[") for v in
-                                [*_dict(obj.get("data")).values(), *_dict(obj.get("stringData")).values()])
+    """A SOPS-encrypted Secret: the `sops` metadata sops writes (Flux decrypts it when it applies it), or every
+    value an ENC[...] of sops."""
+    values = [*_dict(obj.get("data")).values(), *_dict(obj.get("stringData")).values()]
+    return sops_encrypted(obj) or bool(values) and all(str(v).startswith("ENC[") for v in values)
 
 
 def check_credentials(source: str, obj: dict) -> list[Finding]:
