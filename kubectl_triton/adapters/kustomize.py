@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import hashlib
 import itertools
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kubectl_triton.errors import RenderError, ToolMissing
+from kubectl_triton.errors import RenderError, ToolMissing, TritonCtlError
 from kubectl_triton.formats import yamlio
 from kubectl_triton.gitops.inputs import Memo, build_inputs, digest
 
@@ -483,3 +484,244 @@ def locate(detail: str, folder: Path) -> Located | None:
         return Located(Path(os.path.normpath(base(m.start()) / m.group(1))),
                        "not a patch kustomize can read (invalid YAML, or neither a strategic-merge nor a JSON patch)")
     return None
+
+
+# ---- the kustomization kustomize-controller builds a Flux Kustomization's path with --------------------------
+# (fluxcd/pkg kustomize Generator.GenerateManifest): the folder's own kustomization file, or one generated for a
+# folder without it (every manifest below it), with what the Flux Kustomization adds to it: spec.targetNamespace
+# as `namespace`, namePrefix/nameSuffix, its patches, components and images, and buildMetadata. kustomize itself
+# then builds it; nothing here interprets a kustomization beyond writing those fields.
+
+# source-controller's default exclusions (fluxcd/pkg sourceignore: VCS, CI and extra patterns): never in an artifact.
+_NOT_IN_ARTIFACT_FILES = frozenset({".travis.yml", ".gitlab-ci.yml", "appveyor.yml", ".drone.yml", "cloudbuild.yaml",
+                                    "codeship-services.yml", "codeship-steps.yml", ".goreleaser.yml", ".sops.yaml",
+                                    ".flux.yaml"})
+_NOT_IN_ARTIFACT_FOLDERS = frozenset({".git", ".github", ".circleci"})
+FLUX_KUSTOMIZATION_API = "kustomize.config.k8s.io/v1beta1"
+
+
+@dataclass(frozen=True)
+class FluxKustomizationFile:
+    """The kustomization kustomize-controller writes into a Flux path before it builds it: `doc`, written as
+    `name` (the folder's own kustomization file, or kustomization.yaml when it has none: `generated`), and the
+    files of a generated one's folder that Flux's generator refuses (not Kubernetes objects), left out of it."""
+
+    doc: dict[str, Any]
+    name: str
+    generated: bool
+    refused: tuple[tuple[str, str], ...] = ()  # (path relative to the folder, why)
+
+
+def _not_objects(path: Path) -> str | None:
+    """Why kustomize's resource factory refuses the YAML file `path` (as Flux's generator reads every manifest
+    it lists: each document needs a kind and, unless a List, metadata.name), None when it reads it."""
+    try:
+        docs = yamlio.load_all_shared(path)
+    except TritonCtlError as err:
+        return err.message.removeprefix(str(path)).lstrip(": ") or "invalid YAML"
+    for doc in docs:
+        if not isinstance(doc, dict):
+            return "a document is not a mapping"
+        if not doc.get("kind"):
+            return "not a Kubernetes object (no kind)"
+        meta = doc.get("metadata")
+        if not str(doc["kind"]).endswith("List") and not (isinstance(meta, dict) and meta.get("name")):
+            return "not a Kubernetes object (no metadata.name)"
+    return None
+
+
+def flux_manifests(folder: Path) -> tuple[list[str], list[tuple[str, str]]]:
+    """What kustomize-controller's generated kustomization.yaml lists for `folder` (one without a kustomization
+    file), in its walk's order: every sub-folder holding a kustomization file (not descended into) and every
+    `.yaml`/`.yml` file below, as `./relative/path`; and the files its generator refuses (with why). Symlinked
+    folders are not walked (filepath.Walk); files source-controller never puts in an artifact are left out."""
+    listed: list[str] = []
+    refused: list[tuple[str, str]] = []
+
+    def walk(here: Path, rel: str) -> None:
+        try:
+            with os.scandir(here) as found:
+                entries = sorted(found, key=lambda e: e.name)
+        except OSError:
+            return
+        for entry in entries:
+            path = Path(entry.path)
+            sub = f"{rel}/{entry.name}" if rel else entry.name
+            if entry.is_dir(follow_symlinks=False):
+                if entry.name in _NOT_IN_ARTIFACT_FOLDERS:
+                    continue
+                if any((path / n).is_file() for n in KUSTOMIZATION_FILES):
+                    listed.append(f"./{sub}")
+                else:
+                    walk(path, sub)
+            elif os.path.splitext(entry.name)[1] in (".yaml", ".yml") and entry.name not in _NOT_IN_ARTIFACT_FILES:
+                if not path.is_file():
+                    continue
+                why = _not_objects(path)
+                if why is None:
+                    listed.append(f"./{sub}")
+                else:
+                    refused.append((sub, why))
+
+    walk(folder, "")
+    return listed, refused
+
+
+def _selector(target: Any) -> dict[str, Any] | None:
+    if not isinstance(target, dict):
+        return None
+    keys = ("group", "version", "kind", "name", "namespace", "labelSelector", "annotationSelector")
+    out = {k: target[k] for k in keys if target.get(k)}
+    return out or None
+
+
+def flux_kustomization(folder: Path, spec: dict[str, Any]) -> FluxKustomizationFile | None:
+    """The kustomization kustomize-controller builds `folder` with for a Flux Kustomization of `spec`. None when
+    the folder's own kustomization file cannot be read (kustomize's build of the folder says why)."""
+    own = next((folder / n for n in KUSTOMIZATION_FILES if (folder / n).is_file()), None)
+    refused: list[tuple[str, str]] = []
+    if own is None:
+        listed, refused = flux_manifests(folder)
+        doc: dict[str, Any] = {"apiVersion": FLUX_KUSTOMIZATION_API, "kind": "Kustomization"}
+        if listed:
+            doc["resources"] = listed
+        else:  # kustomize refuses an empty kustomization
+            doc["namespace"] = "_placeholder"
+    else:
+        try:
+            docs = yamlio.load_all_shared(own)
+        except TritonCtlError:
+            return None
+        if not docs or not isinstance(docs[0], dict):
+            return None
+        doc = json.loads(json.dumps(docs[0], default=str))  # a copy (the parsed documents are shared)
+        if not doc.get("resources"):
+            doc["buildMetadata"] = ["originAnnotations"]  # what Flux writes so that kustomize builds it
+    for field, key in (("targetNamespace", "namespace"), ("namePrefix", "namePrefix"),
+                       ("nameSuffix", "nameSuffix")):
+        if isinstance(spec.get(field), str):
+            if spec[field]:
+                doc[key] = spec[field]
+            else:
+                doc.pop(key, None)
+    for patch in spec.get("patches") or []:
+        if isinstance(patch, dict):
+            entry: dict[str, Any] = {"patch": str(patch.get("patch") or "")}
+            if (target := _selector(patch.get("target"))) is not None:
+                entry["target"] = target
+            doc["patches"] = [*(doc.get("patches") or []), entry]
+    for component in spec.get("components") or []:
+        if isinstance(component, str):
+            if spec.get("ignoreMissingComponents") is True and not (folder / component).exists():
+                continue
+            doc["components"] = [*(doc.get("components") or []), component]
+    for patch in spec.get("patchesStrategicMerge") or []:
+        if isinstance(patch, dict):
+            doc["patchesStrategicMerge"] = [*(doc.get("patchesStrategicMerge") or []), json.dumps(patch)]
+    for patch in spec.get("patchesJson6902") or []:
+        if isinstance(patch, dict):
+            entry = {"patch": json.dumps(patch.get("patch") or [])}
+            if (target := _selector(patch.get("target"))) is not None:
+                entry["target"] = target
+            doc["patchesJson6902"] = [*(doc.get("patchesJson6902") or []), entry]
+    for image in spec.get("images") or []:
+        if not isinstance(image, dict) or not image.get("name"):
+            continue
+        images = doc["images"] = list(doc.get("images") or [])
+        same = next((i for i, old in enumerate(images) if isinstance(old, dict) and old.get("name") == image["name"]),
+                    None)
+        new = {k: image[k] for k in ("name", "newName", "newTag", "digest") if image.get(k)}
+        if same is None:
+            images.append(new)
+            continue
+        merged = dict(images[same])
+        if new.get("newName"):
+            merged["newName"] = new["newName"]
+        if new.get("newTag") or new.get("digest"):  # tag and digest select the version together
+            merged.pop("newTag", None)
+            merged.pop("digest", None)
+            merged.update({k: new[k] for k in ("newTag", "digest") if k in new})
+        images[same] = merged
+    metadata = spec.get("buildMetadata")
+    if isinstance(metadata, list) and metadata:
+        doc["buildMetadata"] = [str(m) for m in metadata]
+    return FluxKustomizationFile(doc, own.name if own is not None else KUSTOMIZATION_FILES[0], own is None,
+                                 tuple(refused))
+
+
+def flux_build_folder(root: Path, folder: Path, kfile: FluxKustomizationFile, work: Path) -> Path:
+    """A folder kustomize builds exactly as `folder` with `kfile` in place of its kustomization file, the
+    repository left untouched: under `work`, the folders from `root` down to `folder` are re-created and every
+    other entry of each is a symbolic link to the original (kustomize resolves links to the real folders, so every
+    relative path, `../` ones included, reads the repository's own files). Its place depends only on `root`,
+    `folder` and the document, so the render cache keeps its builds between runs; it is brought up to date on
+    every call (entries added or removed since)."""
+    root, folder = root.resolve(), folder.resolve()
+    text = json.dumps(kfile.doc, sort_keys=True)
+    key = hashlib.sha256(f"{root}\0{folder}\0{kfile.name}\0{text}".encode()).hexdigest()[:24]
+    top = work / key
+    rel = folder.relative_to(root).parts if folder != root else ()
+    here, real = top, root
+    for depth in range(len(rel) + 1):
+        here.mkdir(parents=True, exist_ok=True)
+        keep = rel[depth] if depth < len(rel) else None
+        wanted: dict[str, str] = {}
+        with contextlib.suppress(OSError), os.scandir(real) as originals:
+            for entry in originals:
+                if entry.name != keep and not (keep is None and entry.name in KUSTOMIZATION_FILES):
+                    wanted[entry.name] = entry.path
+        with os.scandir(here) as entries:
+            present = list(entries)
+        for entry in present:
+            if entry.name == keep or (keep is None and entry.name == kfile.name):
+                continue
+            if entry.is_symlink() and wanted.get(entry.name) == os.readlink(entry.path):
+                wanted.pop(entry.name)
+            elif entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path, ignore_errors=True)
+            else:
+                with contextlib.suppress(OSError):
+                    os.unlink(entry.path)
+        for name, target in wanted.items():
+            with contextlib.suppress(FileExistsError):
+                os.symlink(target, here / name)
+        if keep is not None:
+            here, real = here / keep, real / keep
+    kpath = here / kfile.name
+    try:
+        current = kpath.read_text(encoding="utf-8")
+    except OSError:
+        current = None
+    if current != text:
+        fd, tmp = tempfile.mkstemp(dir=here, suffix=".tmp")
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)  # JSON is YAML: kustomize reads it as such
+        os.replace(tmp, kpath)
+    with contextlib.suppress(OSError):
+        os.utime(top)
+    return here
+
+
+def flux_work_dir() -> Path:
+    """Where `flux_build_folder` keeps its folders: beside the render cache (so that their builds stay cached),
+    the oldest beyond 512 removed; a temporary folder, removed at exit, where that cannot be written."""
+    global _FLUX_WORK
+    if _FLUX_WORK is None:
+        work = default_cache_dir() / "flux-builds"
+        try:
+            work.mkdir(parents=True, exist_ok=True)
+            probe = Path(tempfile.mkdtemp(dir=work, prefix=".probe-"))
+            probe.rmdir()
+            with contextlib.suppress(OSError):
+                folders = sorted((p for p in work.iterdir() if p.is_dir() and not p.name.startswith(".")),
+                                 key=lambda p: p.stat().st_mtime, reverse=True)
+                for old in folders[512:]:
+                    shutil.rmtree(old, ignore_errors=True)
+        except OSError:
+            work = Path(tempfile.mkdtemp(prefix="kubectl-triton-flux-"))
+            atexit.register(shutil.rmtree, work, True)
+        _FLUX_WORK = work
+    return _FLUX_WORK
+
+
+_FLUX_WORK: Path | None = None

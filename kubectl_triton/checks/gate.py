@@ -9,7 +9,7 @@ import json
 import os
 import tempfile
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -37,7 +37,16 @@ from kubectl_triton.formats import schemas, yamlio
 from kubectl_triton.gitops import assembly, inputs, repo, workloads
 from kubectl_triton.gitops.labels import INSTANCE_LABEL
 from kubectl_triton.gitops.layout import LAYOUT_FILE, ClusterProvides, LayoutError, read_cluster_provides
-from kubectl_triton.gitops.model import Layout, Repository
+from kubectl_triton.gitops.model import (
+    FluxBuild,
+    FluxKustomization,
+    FluxRender,
+    Layout,
+    Repository,
+    flux_build,
+    flux_rendering,
+    substitute_objects,
+)
 
 RENDER_FAILED = register("RenderFailed", "error", "overlay",
                          "kustomize cannot build the folder (as Flux's build would fail)",
@@ -52,8 +61,26 @@ FLUX_DEPENDENCY = register("FluxDependencyMissing", "error", "cluster",
 FLUX_PATH = register("FluxPathInvalid", "error", "cluster", "a Flux Kustomization's spec.path is missing or leaves "
                      "the repository", "point spec.path at a folder of this repository (relative to its root)")
 FLUX_UNBUILDABLE = register("FluxPathUnbuildable", "warning", "cluster",
-                            "a Flux Kustomization's path has no kustomization.yaml",
-                            "add a kustomization.yaml so the folder renders the same here and in Flux")
+                            "a Flux Kustomization's path has no kustomization.yaml and holds YAML files that are no "
+                            "Kubernetes objects: the kustomization Flux generates for it (every manifest below it) "
+                            "fails on them, unless .sourceignore or the source's spec.ignore leaves them out",
+                            "add a kustomization.yaml listing the manifests, or leave the files out of the source")
+FLUX_PATH_VARIABLE = register(
+    "FluxPathVariable", "info", "cluster",
+    "a Flux Kustomization's spec.path holds a postBuild variable that no Kustomization of this repository "
+    "substitutes (the one syncing the cluster folder, outside the repository, may): the path is not checked",
+    "nothing to fix; substitute it in a Kustomization of the repository to have it checked")
+FLUX_VARIABLE_UNKNOWN = register(
+    "FluxVariableUnknown", "info", "cluster",
+    "rendered objects hold postBuild variables whose values are not in the repository (a Secret, a ConfigMap "
+    "created elsewhere): the fields that hold them are not judged",
+    "nothing to fix; give the values in spec.postBuild.substitute or a ConfigMap of the repository to have them "
+    "checked")
+FLUX_ARTIFACT_ROOT = register(
+    "FluxArtifactRoot", "info", "cluster",
+    "this repository's own Flux source is an OCI artifact (or bucket) pushed from a sub-folder: spec.paths are read "
+    "below that folder (the one of the cluster folders' parents under which they exist)",
+    "nothing to fix")
 DUPLICATE_OBJECT = register("DuplicateObject", "error", "cluster",
                             "two Flux Kustomizations of one cluster render the same object",
                             "render each object from one Kustomization only (a model on one GPU type per cluster)")
@@ -95,13 +122,25 @@ CLUSTER_CHECKS = (enginebuild.check, routes.check, monitoring.check, multinode.c
 
 @dataclass
 class Target:
-    """One folder that kustomize builds: an overlay, a cluster folder, or a Flux Kustomization path."""
+    """One folder that kustomize builds: an overlay, a cluster folder, or a Flux Kustomization path. For a Flux
+    Kustomization, as Flux builds and applies it: `flux` what kustomize-controller writes into the folder's
+    kustomization (None: the folder as it is, or the kustomization Flux generates where it has none) and
+    `variables` its postBuild variables (None: no postBuild); `kustomizations` are those applying it so."""
 
     path: Path
     rel: str
     objects: list[dict] = field(default_factory=list)
     result: kustomize.Rendered | None = None
     flux_timeouts: list[int] = field(default_factory=list)
+    flux: FluxBuild | None = None
+    variables: tuple[tuple[str, str], ...] | None = None
+    variables_known: bool = True
+    kustomizations: list[FluxKustomization] = field(default_factory=list)
+    unknown: set[str] = field(default_factory=set)  # postBuild variables left in its objects
+
+    @property
+    def build(self) -> FluxBuild:
+        return self.flux or FluxBuild(self.path)
 
 
 @dataclass
@@ -128,6 +167,14 @@ def _validate(root: Path, options: Options, progress: Callable[[str], None] | No
     if changes is not None:
         changes.check()  # a usage error (no git, a ref that is no commit) before any build starts
     cache = kustomize.RenderCache() if options.cache else None
+    renderer = FluxRenderer(root, cache)
+    with flux_rendering(renderer):  # Flux objects as Flux builds them: cluster folders and paths rendered
+        return _validate_rendered(root, options, say, findings, changes, cache, renderer)
+
+
+def _validate_rendered(root: Path, options: Options, say: Callable[[str], None], findings: list[Finding],
+                       changes: inputs.ChangedFiles | None, cache: kustomize.RenderCache | None,
+                       renderer: FluxRenderer) -> list[Finding]:
     repository = Repository.at(root, tolerant=True)
     layout = repository.layout
     early = _early_builds(root, repository, changes) if changes is not None and cache is not None else None
@@ -141,7 +188,7 @@ def _validate(root: Path, options: Options, progress: Callable[[str], None] | No
                and (problem := repo.read_problem(root, kfile)) is not None}
         targets = [t for t in targets if t.path not in own]
         say(f"rendering {len(targets)} kustomizations")
-        builds = kustomize.start_many((t.path for t in targets), cache, early)
+        builds = renderer.start([t.build for t in targets], early)
     except BaseException:
         if early is not None:
             early.cancel()
@@ -159,23 +206,17 @@ def _validate(root: Path, options: Options, progress: Callable[[str], None] | No
     except BaseException:
         builds.cancel()
         raise
-    for target, result in zip(targets, builds.results(), strict=True):
-        if isinstance(result, RenderError):
-            findings.append(RENDER_FAILED.finding(f"kustomize build failed: {result.detail}",
-                                    path=target.rel))
+    renderer.finish(builds)
+    for target in targets:
+        result, docs = renderer.result(target.build)
+        if isinstance(docs, str):
+            findings.append(RENDER_FAILED.finding(docs, path=target.rel))
             continue
-        target.result = result
-        if result.docs is not None:
-            target.objects = list(result.docs)
-            continue
-        try:
-            target.objects = yamlio.loads_all(result.yaml, target.rel)
-        except TritonCtlError as err:
-            findings.append(RENDER_FAILED.finding(err.message, path=target.rel))
-            continue
-        target.result = replace(result, docs=target.objects)  # later readers (compat) need not parse it again
-        if cache is not None and result.key is not None:
-            cache.put_docs(result.key, target.objects)
+        assert result is not None
+        objects, target.unknown = substitute_objects(docs, target.variables, target.variables_known)
+        target.objects = list(objects)
+        # later readers (compat) need not parse it again
+        target.result = replace(result, path=target.path, docs=target.objects)
     if cache is not None:
         cache.prune()
     rendered = [t for t in targets if t.objects]
@@ -208,6 +249,99 @@ def _validate(root: Path, options: Options, progress: Callable[[str], None] | No
     if cache is not None:
         cache.save_parsed(root)
     return _dedupe(findings)
+
+
+@dataclass
+class _Plan:
+    """How one FluxBuild is built: the folder kustomize builds (the repository's own, or a copy of its tree with
+    the kustomization Flux writes: `copy` its top, whose paths are the repository's in messages)."""
+
+    path: Path
+    copy: Path | None = None
+
+
+class FluxRenderer:
+    """validate's gitops.model.FluxRenderer: every FluxBuild built once a run by kustomize (kustomize.start_many:
+    the render cache, batches), a folder Flux writes a kustomization into built from a copy of its tree with it
+    (kustomize.flux_kustomization, flux_build_folder); the cluster folders' Flux objects are read from these
+    renders and the targets reuse them."""
+
+    def __init__(self, root: Path, cache: kustomize.RenderCache | None) -> None:
+        self.root = repo.resolved(root)
+        self.cache = cache
+        self.memo = cache.memo if cache is not None else inputs.Memo()
+        self.plans: dict[FluxBuild, _Plan] = {}
+        self.results: dict[FluxBuild, kustomize.Rendered | None] = {}
+        self.docs: dict[FluxBuild, list[Any] | str] = {}  # the objects, or why there are none (a finding)
+        self.files: dict[FluxBuild, tuple[Path, ...]] = {}
+        self.pending: dict[int, list[FluxBuild]] = {}  # id of the kustomize.Builds under way -> what it builds
+
+    def plan(self, build: FluxBuild) -> _Plan:
+        found = self.plans.get(build)
+        if found is None:
+            found = self.plans[build] = _Plan(build.folder)
+            if build.fields or repo.kustomization_file(build.folder) is None:
+                kfile = kustomize.flux_kustomization(build.folder, build.spec)
+                top = self.root
+                if kfile is not None and (build.folder == top or top in build.folder.parents):
+                    try:
+                        path = kustomize.flux_build_folder(top, build.folder, kfile, kustomize.flux_work_dir())
+                    except OSError:
+                        return found
+                    copy = path
+                    for _ in build.folder.relative_to(top).parts:
+                        copy = copy.parent
+                    found = self.plans[build] = _Plan(path, copy)
+        return found
+
+    def start(self, builds: list[FluxBuild], early: kustomize.Early | None = None) -> kustomize.Builds:
+        """Start building those of `builds` not built yet (see `finish`)."""
+        todo = [b for b in dict.fromkeys(builds) if b not in self.docs]
+        started = kustomize.start_many([self.plan(b).path for b in todo], self.cache, early)
+        self.pending[id(started)] = todo
+        return started
+
+    def finish(self, started: kustomize.Builds) -> None:
+        """Keep the results of builds `start` started (waiting for them)."""
+        for build, result in zip(self.pending.pop(id(started)), started.results(), strict=True):
+            self._keep(build, result)
+
+    def render(self, builds: Sequence[FluxBuild]) -> list[FluxRender]:
+        self.finish(self.start(list(builds)))
+        out = []
+        for build in builds:
+            docs = self.docs[build]
+            if build not in self.files:
+                found = inputs.build_inputs(self.plan(build).path, self.memo).files
+                self.files[build] = tuple(sorted(found))
+            out.append(FluxRender(None if isinstance(docs, str) else docs, self.files[build]))
+        return out
+
+    def result(self, build: FluxBuild) -> tuple[kustomize.Rendered | None, list[Any] | str]:
+        return self.results.get(build), self.docs[build]
+
+    def _keep(self, build: FluxBuild, result: kustomize.Rendered | RenderError) -> None:
+        plan = self.plan(build)
+        rel = repo.relative(self.root, build.folder)
+        if isinstance(result, RenderError):
+            detail = result.detail if plan.copy is None else result.detail.replace(str(plan.copy), str(self.root))
+            self.results[build] = None
+            self.docs[build] = f"kustomize build failed: {detail}"
+            return
+        self.results[build] = result
+        if result.docs is not None:
+            self.docs[build] = list(result.docs)
+            return
+        try:
+            docs = yamlio.loads_all(result.yaml, rel)
+        except TritonCtlError as err:
+            self.results[build] = None
+            self.docs[build] = err.message
+            return
+        self.docs[build] = docs
+        self.results[build] = replace(result, docs=docs)
+        if self.cache is not None and result.key is not None:
+            self.cache.put_docs(result.key, docs)
 
 
 def _warm_schemas(builds: kustomize.Builds, version: str) -> None:
@@ -313,21 +447,33 @@ def _metadata_findings(root: Path, layout: Layout, broken: set[Path]) -> list[Fi
 
 
 def _targets(root: Path, layout: Layout, findings: list[Finding]) -> list[Target]:
-    targets: dict[Path, Target] = {}
+    """Every folder to build: the overlays, the cluster folders with a kustomization file and each Flux
+    Kustomization's path as Flux builds it (the kustomization it generates where the folder has none, what it
+    adds to the kustomization, its postBuild variables); with the findings about the Flux Kustomizations."""
+    targets: dict[tuple[Path, FluxBuild | None, Any], Target] = {}
 
-    def add(path: Path) -> Target:
+    def add(path: Path, build: FluxBuild | None = None, variables: tuple[tuple[str, str], ...] | None = None,
+            known: bool = True) -> Target:
         path = repo.resolved(path)
-        if path not in targets:
-            targets[path] = Target(path, repo.relative(root, path))
-        return targets[path]
+        key = (path, build, (variables, known) if variables is not None else None)
+        if key not in targets:
+            targets[key] = Target(path, repo.relative(root, path), flux=build, variables=variables,
+                                  variables_known=known)
+        return targets[key]
 
     for overlay in repo.overlays(root, tolerant=True):
         add(overlay)
+    repository = Repository.at(root, tolerant=True)
     for cluster in repo.clusters(root, tolerant=True):
-        if repo.kustomization_file(cluster) is not None:
+        if repo.kustomization_file(cluster) is not None:  # without: checked where a Kustomization applies it
             add(cluster)
+    if repository.artifact_root:
+        findings.append(FLUX_ARTIFACT_ROOT.finding(
+            f"spec.path of {layout.source}'s Kustomizations is read below {repository.artifact_root}/, the folder "
+            "its artifact is pushed from", path=layout.clusters))
     flux = repo.flux_kustomizations(root, tolerant=True)
-    names = {(k.namespace, k.name) for k in flux}
+    names = {(k.namespace, k.name) for k in flux} | {
+        (k.namespace, k.name) for c in repository.clusters for k in c.nested_elsewhere}
     top = repo.resolved(root)
     for ks in flux:
         rel_file = repo.relative(root, ks.file)
@@ -339,6 +485,8 @@ def _targets(root: Path, layout: Layout, findings: list[Finding]) -> list[Target
                                     "objects", path=rel_file, object=where))
             depends = [d for d in depends if isinstance(d, dict)] if isinstance(depends, list) else []
         for dep in depends:
+            if "${" in f"{dep.get('namespace', '')}{dep.get('name')}":
+                continue  # a postBuild variable of the Kustomization applying it, unknown here
             if (dep.get("namespace", ks.namespace), dep.get("name")) not in names:
                 findings.append(FLUX_DEPENDENCY.finding(f"dependsOn {dep.get('name')} names no "
                                         "Flux Kustomization in this repository: Flux would wait for it forever",
@@ -347,23 +495,39 @@ def _targets(root: Path, layout: Layout, findings: list[Finding]) -> list[Target
         if not_here is not None:
             findings.append(not_here)
             continue
+        shown = str(spec.get("path") or ks.path)
+        if "${" in ks.path:
+            findings.append(FLUX_PATH_VARIABLE.finding(
+                f"spec.path {shown} holds postBuild variables that no Kustomization of this repository substitutes: "
+                "not checked", path=rel_file, object=where))
+            continue
         path = repo.resolved(root / ks.path)
         if top != path and top not in path.parents:
-            findings.append(FLUX_PATH.finding(f"spec.path {ks.path} leaves the repository",
+            findings.append(FLUX_PATH.finding(f"spec.path {shown} leaves the repository",
                                     path=rel_file, object=where))
-        elif not path.is_dir():
-            findings.append(FLUX_PATH.finding(f"spec.path {ks.path} does not exist",
+            continue
+        if not path.is_dir():
+            findings.append(FLUX_PATH.finding(f"spec.path {shown} does not exist",
                                     path=rel_file, object=where))
-        elif repo.kustomization_file(path) is None:
-            findings.append(FLUX_UNBUILDABLE.finding(f"spec.path {ks.path} has no "
-                                    "kustomization.yaml; Flux generates one from every YAML file below it",
-                                    path=rel_file, object=where))
-        else:
-            target = add(path)
-            timeout = parse_duration(spec.get("timeout") or spec.get("interval") or "")
-            if timeout:
-                target.flux_timeouts.append(timeout)
-    return sorted(targets.values(), key=lambda t: t.rel)
+            continue
+        if repo.kustomization_file(path) is None:
+            _, refused = kustomize.flux_manifests(path)
+            for file, why in refused:
+                findings.append(FLUX_UNBUILDABLE.finding(
+                    f"spec.path {shown} has no kustomization.yaml; the one Flux generates from every manifest below "
+                    f"it fails on {repo.relative(root, path / file)} ({why}) unless .sourceignore or the source's "
+                    "spec.ignore leaves it out", path=rel_file, object=where))
+        build = flux_build(root, ks)
+        target = add(path, build if build is not None and build.fields else None, ks.variables, ks.variables_known)
+        target.kustomizations.append(ks)
+        timeout = parse_duration(spec.get("timeout") or spec.get("interval") or "")
+        if timeout:
+            target.flux_timeouts.append(timeout)
+    # A folder that Flux Kustomizations apply is checked as they apply it: its plain build (overlay) only where
+    # one applies it as it is.
+    applied = {t.path for t in targets.values() if t.kustomizations}
+    return sorted((t for t in targets.values() if t.kustomizations or t.flux is not None or t.variables is not None
+                   or t.path not in applied), key=lambda t: t.rel)
 
 
 def _other_source(layout: Layout, ks: repo.FluxKustomization, rel_file: str, where: str) -> Finding | None:
@@ -381,31 +545,64 @@ def _other_source(layout: Layout, ks: repo.FluxKustomization, rel_file: str, whe
 def _schema_findings(targets: list[Target], version: str) -> list[Finding]:
     out = []
     for target in targets:
+        held = 0
         for obj in target.objects:
             for issue in schemas.validate_object(obj, version):
+                if target.unknown and "${" in issue.message:
+                    held += 1  # a value Flux substitutes from a source not in the repository
+                    continue
                 check = SCHEMA_MISSING if issue.missing_schema else SCHEMA_INVALID
                 out.append(check.finding(issue.message, path=target.rel, object=issue.object))
+        if target.unknown:
+            names = ", ".join(sorted(target.unknown))
+            by = ", ".join(sorted({k.name for k in target.kustomizations})) or "?"
+            held_text = f"; {held} schema error(s) on fields holding them not reported" if held else ""
+            out.append(FLUX_VARIABLE_UNKNOWN.finding(
+                f"postBuild variables of Kustomization {by} not in the repository ({names}): left as written"
+                f"{held_text}", path=target.rel))
     return out
 
 
 def _duplicate_findings(root: Path, targets: list[Target]) -> list[Finding]:
-    """Two overlays applied to the same cluster must not render the same object."""
-    by_path = {t.path: t for t in targets}
+    """Two Flux Kustomizations applying to the same cluster must not apply the same object (as Flux applies
+    them: targetNamespace, name prefixes and postBuild variables in; one applying to another cluster through
+    spec.kubeConfig, a hub's spoke, apart)."""
+    by_ks = {(ks.file, ks.namespace, ks.name): t for t in targets for ks in t.kustomizations}
     out = []
-    for cluster in repo.clusters(root, tolerant=True):
-        owners: dict[str, list[str]] = defaultdict(list)
-        for ks in repo.flux_kustomizations(root, cluster, tolerant=True):
-            target = by_path.get(repo.resolved(root / ks.path))
-            if target is None or target.path == repo.resolved(cluster):
+    for cluster in Repository.at(root, tolerant=True).clusters:
+        owners: dict[tuple[str, str], list[tuple[str, str]]] = defaultdict(list)
+        for ks in cluster.kustomizations:
+            target = by_ks.get((ks.file, ks.namespace, ks.name))
+            if target is None or target.path == repo.resolved(cluster.path):
                 continue
+            # the cluster a kubeConfig names (its Secret or ConfigMap is the Kustomization's namespace's)
+            spoke = json.dumps([ks.namespace, ks.spec["kubeConfig"]], sort_keys=True, default=str) \
+                if ks.spec.get("kubeConfig") else ""
             for obj in target.objects:
-                owners[f"{obj.get('apiVersion')}:{schemas.object_id(obj)}"].append(ks.name)
-        for oid, names in sorted(owners.items()):
-            if len(names) > 1:
-                out.append(DUPLICATE_OBJECT.finding(f"rendered by several Flux Kustomizations "
-                                   f"({', '.join(sorted(names))}); they would fight over it and prune it",
-                                   path=repo.relative(root, cluster), object=oid.split(":", 1)[1]))
+                oid = schemas.object_id(obj)
+                if target.unknown and "${" in oid:
+                    continue  # its name comes from a variable not known here
+                owners[(spoke, f"{obj.get('apiVersion')}:{oid}")].append((ks.name, _content(obj)))
+        for (_, oid), found in sorted(owners.items()):
+            if len(found) < 2:
+                continue
+            names = ", ".join(sorted(n for n, _ in found))
+            if len({c for _, c in found}) == 1:  # the same object: ownership changes hands, pruning races
+                out.append(DUPLICATE_OBJECT.finding(
+                    f"applied, identically, by several Flux Kustomizations ({names}): each takes it over when it "
+                    "reconciles, and the one that drops or deletes it prunes it from under the others",
+                    path=repo.relative(root, cluster.path), object=oid.split(":", 1)[1]))
+                continue
+            out.append(DUPLICATE_OBJECT.finding(f"rendered by several Flux Kustomizations "
+                               f"({names}); they would fight over it and prune it",
+                               path=repo.relative(root, cluster.path), object=oid.split(":", 1)[1]))
     return out
+
+
+def _content(obj: dict) -> str:
+    """An object as applied, but for its labels and annotations (Flux's commonMetadata and ownership labels)."""
+    meta = {k: v for k, v in (obj.get("metadata") or {}).items() if k not in ("labels", "annotations")}
+    return json.dumps({**obj, "metadata": meta}, sort_keys=True, default=str)
 
 
 def _model_findings(root: Path, layout: Layout, targets: list[Target], options: Options) -> list[Finding]:

@@ -9,6 +9,8 @@ user's file is appending entries to a cluster's kustomization.yaml `resources:` 
 from __future__ import annotations
 
 import io
+import os
+import posixpath
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -20,7 +22,7 @@ from kubectl_triton.datafiles import data_file
 from kubectl_triton.errors import InputError
 from kubectl_triton.formats.yamledit import edit_resources
 from kubectl_triton.formats.yamlio import load_all
-from kubectl_triton.gitops import prometheus
+from kubectl_triton.gitops import prometheus, syncroots
 from kubectl_triton.gitops.model import (
     LAYOUT_FILE,
     MONITORING_MODES,
@@ -180,7 +182,7 @@ def source_ref(layout: Layout, namespace: str = "flux-system") -> dict[str, str]
 def cluster_files(layout: Layout, cluster: str, *, infrastructure: bool) -> dict[str, str]:
     """The cluster folder's Flux objects: platform, monitoring, the models list (and, for a new repository,
     the GPU Operator and prometheus-adapter infrastructure)."""
-    top = layout.cluster_dir(cluster)
+    top = cluster_dir(layout, cluster)
     infra = tuple(d for d in layout.depends_on if d != layout.platform)
     files = {f"{top}/{layout.platform}.yaml": flux_kustomization(
         layout, layout.platform, f"{layout.bases}/platform", interval="1h", timeout="5m",
@@ -269,12 +271,21 @@ def layout_file(layout: Layout, *, infrastructure: bool = True) -> str:
 # ---- detection of an existing Flux repository -------------------------------------------------------
 
 def _clusters_folder(root: Path) -> str:
-    """Where the cluster folders are: clusters/ when it exists, else the parent of the first folder holding a
-    flux-system/ folder (what `flux bootstrap --path` writes), else clusters/."""
+    """Where the cluster folders are when no sync root says (a repository Flux does not sync yet, or whose sync path
+    is set outside it): clusters/ when it exists, else the shallowest other folder named clusters, else the parent
+    of the first folder holding a flux-system/ folder, else clusters/. Hidden folders (.archive/) are never it."""
     if (root / "clusters").is_dir():
         return "clusters"
-    for found in sorted(root.rglob("flux-system")):
-        if found.is_dir() and ".git" not in found.parts and found.parent.parent != found.parent:
+    visible = []
+    for folder, dirs, _ in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        visible += [Path(folder) / d for d in dirs]
+    named = sorted((p for p in visible if p.name == "clusters" and any(c.is_dir() for c in p.iterdir())),
+                   key=lambda p: (len(p.parts), p.parts))
+    if named:
+        return named[0].relative_to(root).as_posix()
+    for found in sorted(visible):
+        if found.name == "flux-system" and found.parent.parent != found.parent:
             parent = found.parent.parent
             if parent != root and root in parent.parents:
                 return parent.relative_to(root).as_posix()
@@ -328,10 +339,16 @@ def detect_source(cluster_dir: Path, cluster_rel: str, kustomizations: list[Flux
                      hint="name this repository's own source: kubectl triton init --source KIND/NAME")
 
 
+def local(kustomizations: list[FluxKustomization]) -> list[FluxKustomization]:
+    """The Kustomizations that apply to the cluster init's Kustomizations run on: in their namespace (flux-system,
+    where a dependsOn without namespace looks), without spec.kubeConfig (a hub's Kustomizations for its spokes)."""
+    return [k for k in kustomizations if k.namespace == "flux-system" and not k.spec.get("kubeConfig")]
+
+
 def detect_infrastructure(kustomizations: list[FluxKustomization]) -> tuple[str, ...]:
     """Names of the Kustomizations that install infrastructure (name or path mentions infra), only the last of
-    each chain (the ones no other infrastructure Kustomization depends on)."""
-    infra = [k for k in kustomizations if "infra" in k.name or "infra" in k.path]
+    each chain (the ones no other infrastructure Kustomization depends on), of those `local` keeps."""
+    infra = [k for k in local(kustomizations) if "infra" in k.name or "infra" in k.path]
     needed = {name for k in infra for _, name in k.depends_on}
     return tuple(dict.fromkeys(k.name for k in infra if k.name not in needed))
 
@@ -348,6 +365,9 @@ def _pick_cluster(root: Path, clusters: str, cluster: str | None) -> str:
     top = root / clusters
     names = sorted(p.name for p in top.iterdir() if p.is_dir()) if top.is_dir() else []
     if cluster is not None:
+        as_path = syncroots.normalise(cluster)
+        if posixpath.dirname(as_path) == posixpath.normpath(clusters):  # --cluster clusters/<name>
+            cluster = posixpath.basename(as_path)
         try:
             validate_name(cluster)
         except InputError:
@@ -361,31 +381,156 @@ def _pick_cluster(root: Path, clusters: str, cluster: str | None) -> str:
     raise InputError(f"{clusters}/: several cluster folders ({', '.join(names)}); name one with --cluster")
 
 
-def detect(root: Path, opts: InitOptions) -> tuple[Layout, str, bool, list[str]]:
-    """(layout, cluster, adopted, review notes) for the folder at `root`."""
-    notes: list[str] = []
+@dataclass
+class Detected:
+    """What detection found: the layout, the cluster folder (its name under `layout.clusters`), whether the
+    repository already runs Flux, review notes, the sync root the cluster folder is (None: nothing found syncs it)
+    and every sync root found."""
+
+    layout: Layout
+    cluster: str
+    adopted: bool
+    notes: list[str]
+    sync: syncroots.SyncRoot | None = None
+    roots: list[syncroots.SyncRoot] = field(default_factory=list)
+
+
+def cluster_dir(layout: Layout, cluster: str) -> str:
+    """The cluster folder, repository-relative (`hub`, not `./hub`, for a sync root at the top)."""
+    return posixpath.normpath(layout.cluster_dir(cluster))
+
+
+def detect(root: Path, opts: InitOptions) -> Detected:
+    """The layout, cluster folder and review notes for the folder at `root`: the cluster folder is a sync root
+    (what a FluxInstance or the bootstrap Kustomization syncs) when the repository has one, else found as before
+    (clusters/<name>, or beside a flux-system/ folder)."""
+    found = syncroots.find(root)
     if (root / LAYOUT_FILE).is_file():
-        layout = Layout.load(root)
-        cluster = _pick_cluster(root, layout.clusters, opts.cluster)
-        kustomizations = Repository(root, layout).flux_kustomizations
-        return layout, cluster, bool(kustomizations), notes
+        return _detect_with_layout(root, opts, found)
+    if found.roots:
+        return _detect_sync_root(root, opts, found)
     clusters = _clusters_folder(root)
     cluster = _pick_cluster(root, clusters, opts.cluster)
-    repo = Repository(root, Layout(clusters=clusters))
-    everything = repo.flux_kustomizations
-    if not everything:
+    return _adopt(root, opts, Layout(clusters=clusters), cluster, found.notes, None, [])
+
+
+def _detect_with_layout(root: Path, opts: InitOptions, found: syncroots.Found) -> Detected:
+    """A repository that has a layout file: its cluster folder (--cluster, the only one holding models/, a sync
+    root under its clusters folder, or the default)."""
+    layout = Layout.load(root)
+    top = posixpath.normpath(layout.clusters)
+    below = [r for r in found.roots if posixpath.dirname(r.path) == ("" if top == "." else top)]
+    if opts.cluster is not None:
+        named = syncroots.matching(below, opts.cluster)
+        elsewhere = syncroots.matching(found.roots, opts.cluster) if not named else []
+        if len(elsewhere) == 1:
+            raise InputError(f"--cluster {opts.cluster!r}: the sync root {elsewhere[0].path} is not in {top}/, the "
+                             f"cluster folders of {LAYOUT_FILE} (paths.clusters)",
+                             hint="one layout file holds the clusters of one folder: adopt that cluster in a "
+                             "repository of its own, or move its sync root beside the others")
+        cluster = named[0].name if len(named) == 1 else _pick_cluster(root, layout.clusters, opts.cluster)
+    else:
+        folder = root / layout.clusters
+        with_models = sorted(p.name for p in folder.iterdir() if p.is_dir() and not p.name.startswith(".")
+                             and (p / "models" / "kustomization.yaml").is_file()) if folder.is_dir() else []
+        cluster = with_models[0] if len(with_models) == 1 else below[0].name if len(below) == 1 else \
+            _pick_cluster(root, layout.clusters, None)
+    sync = next((r for r in found.roots if r.path == cluster_dir(layout, cluster)), None)
+    own = syncroots.kustomizations(root, cluster_dir(layout, cluster))
+    return Detected(layout, cluster, bool(own) or sync is not None, [], sync, found.roots)
+
+
+def _choose_root(found: syncroots.Found, wanted: str | None) -> syncroots.SyncRoot | str:
+    """The sync root --cluster names (or the only one, or the one named production); a plain name that no root has
+    where every root lies in one folder: that new cluster folder's path. Otherwise InputError naming the roots."""
+    roots = found.roots
+    named = syncroots.labels(roots)
+    shown = ", ".join(r.path for r in roots)
+    if wanted is not None:
+        hits = syncroots.matching([*roots, *found.dev], wanted)
+        if len(hits) == 1:
+            return hits[0]
+        if len(hits) > 1:
+            raise InputError(f"--cluster {wanted!r} names several sync roots ({', '.join(r.path for r in hits)}); "
+                             "give the sync path")
+        parents = {posixpath.dirname(r.path) for r in roots}
+        if len(parents) == 1 and "" not in parents and "/" not in wanted:
+            try:
+                validate_name(wanted)
+            except InputError:
+                raise InputError(f"--cluster {wanted!r}: a cluster folder name is a DNS-1123 label "
+                                 "(lowercase letters, digits and '-')") from None
+            return f"{parents.pop()}/{wanted}"
+        raise InputError(f"--cluster {wanted!r}: not a sync root of this repository (Flux syncs {shown})",
+                         hint="name one by its path or its folder name: " + ", ".join(named.values()))
+    if len(roots) == 1:
+        return roots[0]
+    production = [r for r in roots if r.name == DEFAULT_CLUSTER]
+    if len(production) == 1:
+        return production[0]
+    raise InputError(f"several cluster folders ({', '.join(named[r.path] for r in roots)}) are sync roots: {shown}; "
+                     "name one with --cluster",
+                     hint="--cluster takes the sync path or the name in parentheses; each cluster is adopted on its "
+                     "own run")
+
+
+def _detect_sync_root(root: Path, opts: InitOptions, found: syncroots.Found) -> Detected:
+    chosen = _choose_root(found, opts.cluster)
+    notes = list(found.notes)
+    if isinstance(chosen, str):  # a new cluster folder beside the bootstrapped ones
+        clusters, cluster = posixpath.split(chosen)
+        return _adopt(root, opts, Layout(clusters=clusters), cluster, notes, None, found.roots)
+    sync = chosen
+    if sync.path == ".":
+        raise InputError(f"{sync.evidence} syncs the repository's top folder: Flux would apply init's bases as they "
+                         "are; move that sync path to a folder of its own (clusters/<name>) and run init again")
+    if sync.artifact_root:
+        raise InputError(f"{sync.path}: Flux syncs ./{posixpath.relpath(sync.path, sync.artifact_root)} of an OCI "
+                         f"artifact pushed from {sync.artifact_root}/ ({sync.evidence}); init writes paths relative "
+                         "to the repository's top, which that artifact does not hold",
+                         hint=f"push the artifact from the repository's top (flux push artifact --path=.) with "
+                         f"the sync path {sync.path}, then run init again")
+    others = [r.path for r in found.roots if r is not sync]
+    where = f"placed under the sync root {sync.path} ({sync.evidence})"
+    if others:
+        labels = syncroots.labels(found.roots)
+        where += "; other sync roots: " + ", ".join(f"{r} (--cluster {labels[r]})" for r in others)
+    notes.insert(0, where)
+    remote = syncroots.remote_clusters(root, sync)
+    if remote:
+        notes.append(f"{sync.path} also applies Kustomizations to other clusters through spec.kubeConfig "
+                     f"({', '.join(remote[:3])}{' …' if len(remote) > 3 else ''}): the models run on the cluster that "
+                     f"syncs {sync.path}, not on those (docs/adopting.md, hub and spoke)")
+    clusters, cluster = posixpath.split(sync.path)
+    return _adopt(root, opts, Layout(clusters=clusters or "."), cluster, notes, sync, found.roots)
+
+
+def _adopt(root: Path, opts: InitOptions, base: Layout, cluster: str, notes: list[str],
+           sync: syncroots.SyncRoot | None, roots: list[syncroots.SyncRoot]) -> Detected:
+    """The layout for cluster folder `cluster` under `base.clusters`: its own source, infrastructure and free
+    Kustomization names. A repository without Flux Kustomizations there and no sync root is a new one."""
+    cluster_rel = cluster_dir(base, cluster)
+    if sync is not None:
+        own = syncroots.kustomizations(root, cluster_rel)
+        everything = own
+    else:
+        repo = Repository(root, base)
+        everything = repo.flux_kustomizations
+        cluster_obj = repo.cluster(cluster)
+        own = cluster_obj.kustomizations if cluster_obj else []
+    if not everything and sync is None and not roots:
         kind, name = _parse_source(opts.source) if opts.source else ("GitRepository", "flux-system")
-        return Layout(clusters=clusters, source_kind=kind, source_name=name), cluster, False, notes
-    cluster_obj = repo.cluster(cluster)
-    own = cluster_obj.kustomizations if cluster_obj else []
-    cluster_rel = f"{clusters}/{cluster}"
-    kind, name, namespace = detect_source(root / cluster_rel, cluster_rel, own or everything, opts.source)
-    taken = {k.name for k in everything}
+        return Detected(replace(base, source_kind=kind, source_name=name), cluster, False, notes)
+    if sync is not None and sync.declared and not opts.source:
+        kind, name, namespace = sync.source
+    else:
+        kind, name, namespace = detect_source(root / cluster_rel, cluster_rel, own or everything, opts.source)
+    taken = {k.name for k in everything} | (syncroots.kustomization_names(root) if sync is not None else set())
     platform = _free_name("platform", taken, root / cluster_rel)
     monitoring = _free_name("monitoring", taken, root / cluster_rel)
     infra = detect_infrastructure(own)
-    layout = Layout(clusters=clusters, source_kind=kind, source_name=name, source_namespace=namespace,
-                    depends_on=(*infra, platform), platform=platform, monitoring=monitoring)
+    layout = replace(base, source_kind=kind, source_name=name, source_namespace=namespace,
+                     depends_on=(*infra, platform), platform=platform, monitoring=monitoring)
     notes.append(f"own Flux source: {kind}/{name} (spec.path of Kustomizations of other sources is not checked)")
     if infra:
         notes.append(f"models and monitoring wait for your infrastructure Kustomizations: {', '.join(infra)}")
@@ -398,17 +543,35 @@ def detect(root: Path, opts: InitOptions) -> tuple[Layout, str, bool, list[str]]
                        if not layout.is_own_source(*k.source_ref)})
     if external:
         notes.append(f"Kustomizations of other sources ({', '.join(external)}) are reported as not checked")
-    return layout, cluster, True, notes
+    return Detected(layout, cluster, True, notes, sync, roots)
 
 
 # ---- the plan ---------------------------------------------------------------------------------------
+
+def _proposed(root: Path, layout: Layout, cluster: str, wanted: tuple[str, ...], infrastructure: bool
+              ) -> dict[str, str]:
+    proposed: dict[str, str] = {}
+    if not (root / LAYOUT_FILE).is_file():
+        proposed[LAYOUT_FILE] = layout_file(layout, infrastructure=infrastructure)
+    proposed.update(base_files(layout))
+    # Components every model overlay may use (S3 artifacts, KEDA autoscaling), beside the GPU Components
+    proposed.update({f"{layout.overlays}/{rel}": data.decode("utf-8") for rel, data in _data_files(_data("overlays"))})
+    for key in wanted:
+        proposed.update(gpu_component_files(layout, key))
+    proposed.update(cluster_files(layout, cluster, infrastructure=infrastructure))
+    proposed[WORKFLOW] = workflow()
+    if layout.prometheus.existing:
+        proposed = prometheus.existing_files(proposed, layout, INFRASTRUCTURE)
+    return proposed
+
 
 def plan_init(root: Path, opts: InitOptions) -> InitPlan:
     """Everything init would write into the folder at `root` (nothing is written here)."""
     root = root.resolve()
     if not root.is_dir():
         raise InputError(f"{root}: not a directory")
-    layout, cluster, adopted, notes = detect(root, opts)
+    found = detect(root, opts)
+    layout, cluster, adopted, notes = found.layout, found.cluster, found.adopted, found.notes
     layout = _monitoring(root, layout, cluster, adopted, opts, notes)
     register(layout.gpu_types)
     wanted = opts.gpus or tuple(gpus())
@@ -416,22 +579,17 @@ def plan_init(root: Path, opts: InitOptions) -> InitPlan:
         if key not in gpus():
             raise InputError(f"--gpu {key!r}: not a GPU type of the catalog or of {LAYOUT_FILE}",
                              hint=f"declare it under `gpus:` in {LAYOUT_FILE}; known: {', '.join(gpus())}")
-    proposed: dict[str, str] = {}
-    fresh_cluster = not any(k for c in Repository(root, layout).clusters if c.name == cluster for k in c.kustomizations)
-    if not (root / LAYOUT_FILE).is_file():
-        proposed[LAYOUT_FILE] = layout_file(layout, infrastructure=not adopted and fresh_cluster)
-    proposed.update(base_files(layout))
-    # Components every model overlay may use (S3 artifacts, KEDA autoscaling), beside the GPU Components
-    proposed.update({f"{layout.overlays}/{rel}": data.decode("utf-8") for rel, data in _data_files(_data("overlays"))})
-    for key in wanted:
-        proposed.update(gpu_component_files(layout, key))
-    cluster_dir = root / layout.cluster_dir(cluster)
-    proposed.update(cluster_files(layout, cluster, infrastructure=not adopted and fresh_cluster))
-    proposed[WORKFLOW] = workflow()
-    if layout.prometheus.existing:
-        proposed = prometheus.existing_files(proposed, layout, INFRASTRUCTURE)
+    top = cluster_dir(layout, cluster)
+    fresh_cluster = not syncroots.kustomizations(root, top)
+    infrastructure = not adopted and fresh_cluster and found.sync is None and not found.roots
+    proposed = _proposed(root, layout, cluster, wanted, infrastructure)
+    ignore_edit: tuple[str, str] | None = None
+    if found.sync is not None:
+        layout, proposed, ignore_edit = _in_artifact(root, found.sync, layout, proposed,
+                                                     lambda lay: _proposed(root, lay, cluster, wanted, infrastructure),
+                                                     notes)
     out = InitPlan(layout, cluster, adopted, review=notes)
-    models_list = f"{layout.cluster_dir(cluster)}/models/kustomization.yaml"  # add-model appends to it
+    models_list = f"{top}/models/kustomization.yaml"  # add-model appends to it
     for rel, text in proposed.items():
         path = root / rel
         if rel == models_list and path.is_file():
@@ -447,14 +605,68 @@ def plan_init(root: Path, opts: InitOptions) -> InitPlan:
         out.files[rel] = text
         out.created.append(rel)
     _append_to_cluster_list(root, layout, cluster, proposed, out)
+    if ignore_edit is not None:
+        out.files[ignore_edit[0]] = ignore_edit[1]
+        out.appended.append(ignore_edit[0])
     if out.kept:
         out.review.append(f"{len(out.kept)} existing file(s) differ from what init would write and were left "
                           f"as they are: {', '.join(out.kept[:5])}{' …' if len(out.kept) > 5 else ''}")
-    if not cluster_dir.joinpath("flux-system").is_dir():
-        out.review.append(f"bootstrap Flux with --path={layout.cluster_dir(cluster)} (e.g. `flux bootstrap github "
-                          f"--path={layout.cluster_dir(cluster)} ...`): it adds the flux-system source these "
-                          f"Kustomizations use ({layout.source})")
+    if found.sync is None and not (root / top / "flux-system").is_dir():
+        if found.roots:
+            out.review.append(f"nothing syncs {top} yet: bootstrap that cluster with --path={top}, or name a sync "
+                              f"root with --cluster ({', '.join(r.path for r in found.roots)})")
+        elif adopted:
+            out.review.append(f"no sync root found in the repository (a FluxInstance spec.sync.path, a flux-system/ "
+                              f"bootstrap folder): the models deploy where Flux syncs {top} (its sync path set outside "
+                              "the repository, or `flux bootstrap --path` of it); if Flux syncs another folder, name "
+                              "it with --cluster")
+        else:
+            out.review.append(f"bootstrap Flux with --path={top} (e.g. `flux bootstrap github --path={top} ...`): it "
+                              f"adds the flux-system source these Kustomizations use ({layout.source})")
     return out
+
+
+RELOCATED = "triton"  # the folder init's bases, overlays and models go to inside a folder the artifact holds
+
+
+def _in_artifact(root: Path, sync: syncroots.SyncRoot, layout: Layout, proposed: dict[str, str],
+                 propose: Any, notes: list[str]) -> tuple[Layout, dict[str, str], tuple[str, str] | None]:
+    """Init's files as the sync root's source artifact holds them. What `.sourceignore` leaves out is let in by
+    lines appended to the top .sourceignore; what the source's spec.ignore leaves out moves (bases, overlays,
+    models) into a folder the artifact holds, beside the sync root. InputError when neither helps."""
+    def needed(files: dict[str, str], lay: Layout) -> list[str]:
+        # what Flux reads: init's files and, later, add-model's (a model's config.pbtxt is a ConfigMap's data)
+        return [*(rel for rel in files if rel not in (LAYOUT_FILE, WORKFLOW)),
+                f"{lay.model_dir('model')}/model/config.pbtxt", f"{lay.overlay_dir('model', 'gpu')}/kustomization.yaml"]
+
+    left_out = syncroots.excluded(root, sync, needed(proposed, layout))
+    if not left_out:
+        return layout, proposed, None
+    tops = list(dict.fromkeys(rel.split("/", 1)[0] for rel in left_out))
+    extra = "# kubectl-triton: the folders its Flux Kustomizations apply (kubectl triton init)\n" + \
+        "".join(f"!/{t}/\n" for t in tops)
+    if not syncroots.excluded(root, sync, needed(proposed, layout), extra=extra):
+        rel = syncroots.SOURCEIGNORE
+        text = (root / rel).read_text(encoding="utf-8") if (root / rel).is_file() else ""
+        notes.append(f"{rel} left out {', '.join(f'{t}/' for t in tops)} of the artifact Flux syncs; init appends "
+                     f"{', '.join(f'!/{t}/' for t in tops)} to it")
+        return layout, proposed, (rel, (text if not text or text.endswith("\n") else text + "\n") + extra)
+    first = sync.path.split("/", 1)[0]
+    if not (root / LAYOUT_FILE).is_file() and first != sync.path:
+        prefix = f"{first}/{RELOCATED}"
+        moved = replace(layout, bases=f"{prefix}/base", gpus=f"{prefix}/overlays/gpus", overlays=f"{prefix}/overlays",
+                        models=f"{prefix}/models")
+        files = propose(moved)
+        if not (root / prefix).exists() and not syncroots.excluded(root, sync, needed(files, moved)):
+            origin = sorted(set(left_out.values()))[0]
+            notes.append(f"{origin} leaves {', '.join(f'{t}/' for t in tops)} out of the artifact Flux syncs: init "
+                         f"writes its bases, overlays and models under {prefix}/ (paths: in {LAYOUT_FILE})")
+            return moved, files, None
+    rel, origin = next(iter(left_out.items()))
+    raise InputError(f"{rel}: left out of the artifact that {sync.path} is synced from ({origin}); init's files "
+                     "would not reach the cluster",
+                     hint=f"let the folders init writes ({', '.join(f'{t}/' for t in tops)}) into that source, or "
+                     f"give them paths inside it in {LAYOUT_FILE} (paths:) and run init again")
 
 
 def _monitoring(root: Path, layout: Layout, cluster: str, adopted: bool, opts: InitOptions,
@@ -476,11 +688,16 @@ def _monitoring(root: Path, layout: Layout, cluster: str, adopted: bool, opts: I
                                  hint=f"edit `monitoring:` in {LAYOUT_FILE} (docs/layout-file.md), then fix what "
                                  "`kubectl triton validate` reports (MonitorNotSelected)")
         return layout
-    own = [k for c in Repository(root, layout).clusters if c.name == cluster for k in c.kustomizations
-           if layout.is_own_source(*k.source_ref)] if adopted else None
+    own = [k for k in syncroots.kustomizations(root, cluster_dir(layout, cluster))
+           if not k.spec.get("kubeConfig") and layout.is_own_source(*k.source_ref)] if adopted else None
     chosen, after, more = prometheus.choose(layout, own, root, opts.monitoring, opts.prometheus_url,
                                             opts.prometheus_selectors)
     notes += more
+    deploys = next((k for k in own or [] if k.name == after), None)
+    if deploys is not None and deploys not in local([deploys]):
+        notes.append(f"models and monitoring do not wait for {deploys.namespace}/{after}, which deploys that "
+                     f"Prometheus: {LAYOUT_FILE} flux.dependsOn names Kustomizations of flux-system")
+        after = None
     if after is not None:
         notes.append(f"models and monitoring also wait for {after}, which deploys that Prometheus")
         layout = replace(layout, depends_on=(after, *layout.depends_on))
@@ -490,7 +707,7 @@ def _monitoring(root: Path, layout: Layout, cluster: str, adopted: bool, opts: I
 def _append_to_cluster_list(root: Path, layout: Layout, cluster: str, proposed: dict[str, str],
                             out: InitPlan) -> None:
     """A cluster folder with its own kustomization.yaml lists what Flux applies: append the new Flux files."""
-    top = layout.cluster_dir(cluster)
+    top = cluster_dir(layout, cluster)
     kfile = kustomization_file(root / top)
     if kfile is None:
         return  # Flux generates the list from every file of the folder

@@ -11,18 +11,22 @@ import contextvars
 import fnmatch
 import functools
 import hashlib
+import json
 import os
 import posixpath
-from collections.abc import Iterable, Iterator
+import re
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import urlsplit
+
+import yaml
 
 from kubectl_triton.compat.catalog import GPU, bundled, register
 from kubectl_triton.errors import InputError
-from kubectl_triton.formats.yamlio import files_unchanged, load_all, load_all_shared
+from kubectl_triton.formats.yamlio import files_unchanged, load_all, load_all_shared, loads_all
 from kubectl_triton.gitops.layout import LAYOUT_FILE, LAYOUT_SCHEMA, layout_validator
 
 KUSTOMIZATION_FILES = ("kustomization.yaml", "kustomization.yml", "Kustomization")
@@ -292,9 +296,30 @@ class FluxObject:
 
 @dataclass(frozen=True)
 class FluxKustomization(FluxObject):
-    """A Flux Kustomization: what it applies (`path`, from its `sourceRef`) and what it waits for."""
+    """A Flux Kustomization: what it applies (`path`, from its `sourceRef`) and what it waits for.
+
+    `path` is the folder of this repository it applies (spec.path, relative to the artifact root of an
+    OCIRepository pushed from a sub-folder: see Repository.artifact_root). Read from a render (validate), `obj` is
+    the object as Flux applies it (the kustomization's namespace, patches and the applying Kustomization's postBuild
+    variables in it), `parent` names the Kustomization whose path declares it (None: the cluster folder's own) and
+    `variables` are its postBuild variables known here (None: no postBuild; `variables_known` False when a source
+    of them is not in the repository: a Secret, or a ConfigMap no folder of the cluster declares)."""
 
     path: str = "./"
+    parent: str | None = None
+    variables: tuple[tuple[str, str], ...] | None = None
+    variables_known: bool = True
+
+    @property
+    def build_fields(self) -> str:
+        """What kustomize-controller writes into the kustomization of its path (targetNamespace, namePrefix,
+        nameSuffix, patches, components, images, buildMetadata), as canonical JSON; "" when nothing."""
+        spec = self.spec
+        fields = {k: spec[k] for k in FLUX_BUILD_FIELDS if spec.get(k) not in (None, [], {})
+                  or (k in ("targetNamespace", "namePrefix", "nameSuffix") and spec.get(k) == "")}
+        if "components" not in fields:
+            fields.pop("ignoreMissingComponents", None)
+        return json.dumps(fields, sort_keys=True, default=str) if fields else ""
 
     @property
     def depends_on(self) -> list[tuple[str, str]]:
@@ -313,11 +338,14 @@ class FluxKustomization(FluxObject):
 
 @dataclass(frozen=True)
 class Cluster:
-    """A cluster folder: the Flux objects in its YAML files."""
+    """A cluster folder: the Flux objects in its YAML files (see Repository.clusters). `nested_elsewhere`: the
+    Kustomizations of other sources that the paths' renders declare (what they apply is another artifact's: they
+    are known by name, for dependsOn, and left to the Kustomization applying them)."""
 
     name: str
     path: Path
     flux: tuple[FluxObject, ...]
+    nested_elsewhere: tuple[FluxKustomization, ...] = ()
 
     @property
     def kustomizations(self) -> list[FluxKustomization]:
@@ -363,7 +391,7 @@ class Model:
         return self.path / triton_model / CONFIG
 
 
-_SESSION: contextvars.ContextVar[dict[tuple[Path, bool], Repository] | None] = contextvars.ContextVar(
+_SESSION: contextvars.ContextVar[dict[tuple[Path, bool, int], Repository] | None] = contextvars.ContextVar(
     "repository_session", default=None)
 _RESOLVED: contextvars.ContextVar[dict[Path, Path] | None] = contextvars.ContextVar("resolved_paths", default=None)
 
@@ -439,22 +467,25 @@ class Repository:
     root: Path
     layout: Layout = field(default_factory=Layout)
     tolerant: bool = False  # malformed files are skipped (validate reports them) instead of raising InputError
+    renderer: FluxRenderer | None = None  # set: Flux objects are read from renders (see flux_rendering)
 
     @classmethod
     def at(cls, root: Path, *, tolerant: bool = False) -> Repository:
         """The repository whose root is `root` (its layout file read, if any). With `tolerant`, malformed
         kustomization and Flux files are skipped and a malformed layout file gives the default layout
-        (validate reports each as a finding)."""
+        (validate reports each as a finding). Within `flux_rendering`, its Flux objects are read from renders."""
         root = resolved(root)
         layout = Layout.load(root, tolerant=tolerant)
         register(layout.gpu_types)  # the repository's own GPU types join the catalog for every lookup
+        renderer = _RENDERER.get()
         session = _SESSION.get()
         if session is not None:
-            found = session.get((root, tolerant))
+            key = (root, tolerant, id(renderer) if renderer is not None else 0)
+            found = session.get(key)
             if found is None or found.layout is not layout:
-                found = session[(root, tolerant)] = cls(root, layout, tolerant)
+                found = session[key] = cls(root, layout, tolerant, renderer)
             return found
-        return cls(root, layout, tolerant)
+        return cls(root, layout, tolerant, renderer)
 
     @staticmethod
     @contextlib.contextmanager
@@ -533,11 +564,70 @@ class Repository:
         return {p.name: p for p in sorted(top.iterdir()) if kustomization_file(p) is not None}
 
     @cached_property
-    def clusters(self) -> list[Cluster]:
-        """Cluster folders, each with the Flux objects its YAML files declare."""
+    def _cluster_files(self) -> dict[Path, tuple[FluxObject, ...]]:
+        """Cluster folder -> the Flux objects its YAML files declare (as written: spec.path not yet resolved
+        against the artifact root)."""
         top = self.root / self.layout.clusters
         folders = sorted(p for p in top.iterdir() if p.is_dir()) if top.is_dir() else []
-        return [Cluster(p.name, p, tuple(_flux_objects(p, self.tolerant))) for p in folders]
+        return {p: tuple(_flux_objects(p, self.tolerant)) for p in folders}
+
+    @cached_property
+    def clusters(self) -> list[Cluster]:
+        """Cluster folders, each with its Flux objects: those its YAML files declare or, within
+        `flux_rendering`, those Flux applies: the folder's render (as Flux's sync of it builds it) and, followed
+        through every Kustomization of this repository's source, the renders of their paths (a Kustomization that
+        only exists once another's path is built included), falling back to the files where a folder does not
+        render."""
+        raw = {p: tuple(self._applied(o) for o in objs) for p, objs in self._cluster_files.items()}
+        if self.renderer is None:
+            return [Cluster(p.name, p, objs) for p, objs in raw.items()]
+        tree = _FluxTree(self, self.renderer)
+        out = []
+        for p, objs in raw.items():
+            found = tree.cluster(p, objs)
+            elsewhere = tuple(o for o in found if isinstance(o, FluxKustomization) and o.parent is not None
+                              and not tree.own(o))
+            apart = {id(o) for o in elsewhere}
+            out.append(Cluster(p.name, p, tuple(o for o in found if id(o) not in apart), elsewhere))
+        return out
+
+    @cached_property
+    def artifact_root(self) -> str:
+        """The folder (relative to the root; "" for the root itself) that this repository's own Flux source
+        holds, which spec.path is relative to. A GitRepository holds the whole repository. An OCIRepository or
+        Bucket holds what was pushed (`flux push artifact --path=./kubernetes`): of the folders above the
+        cluster folders, the one under which most of the source's spec.paths exist (the root on a tie)."""
+        layout = self.layout
+        if layout.source_kind not in ("OCIRepository", "Bucket"):
+            return ""
+        paths = [o.path for objs in self._cluster_files.values() for o in objs if isinstance(o, FluxKustomization)
+                 and layout.is_own_source(*o.source_ref) and "${" not in o.path]
+        candidates: list[str] = [""]
+        for folder in self._cluster_files:
+            rel = Path(relative(self.root, folder)).parts
+            candidates += ["/".join(rel[:n]) for n in range(len(rel) - 1, 0, -1)]
+        best, score = "", -1
+        for candidate in dict.fromkeys(candidates):
+            found = sum((self.root / candidate / _inside(p)).is_dir() for p in paths)
+            if found > score:
+                best, score = candidate, found
+        return best
+
+    def _applied(self, obj: FluxObject) -> FluxObject:
+        """A Flux Kustomization of this repository's source with `path` the folder it applies."""
+        if not isinstance(obj, FluxKustomization) or not self.layout.is_own_source(*obj.source_ref):
+            return obj
+        path = self.applied_path(obj.path)
+        return obj if path == obj.path else replace(obj, path=path)
+
+    def applied_path(self, spec_path: str) -> str:
+        """spec.path of a Kustomization of this repository's source as a path from the root: below the artifact
+        root, a leading / being that root (as kustomize-controller joins them)."""
+        if not self.artifact_root and not spec_path.startswith("/"):
+            return spec_path
+        inside = _inside(spec_path)
+        return "./" + posixpath.normpath(posixpath.join(self.artifact_root, inside)) if inside or \
+            self.artifact_root else "./"
 
     def cluster(self, name: str) -> Cluster | None:
         return next((c for c in self.clusters if c.name == name), None)
@@ -624,6 +714,8 @@ def _kustomizations(top: Path, tolerant: bool = False) -> Iterator[tuple[Path, s
 
 
 def _flux_objects(cluster_dir: Path, tolerant: bool = False) -> Iterator[FluxObject]:
+    """The Flux objects of every YAML file below `cluster_dir`, as written (Repository.clusters reads them from
+    the folder's render within `flux_rendering`, these where a folder does not render)."""
     for f in matching_files(cluster_dir, "*.y*ml"):
         try:
             docs = load_all_shared(f) if tolerant else load_all(f)
@@ -632,13 +724,328 @@ def _flux_objects(cluster_dir: Path, tolerant: bool = False) -> Iterator[FluxObj
                 raise
             continue
         for doc in docs:
-            if not isinstance(doc, dict):
-                continue
-            api, kind = str(doc.get("apiVersion", "")), str(doc.get("kind", ""))
+            found = _flux_object(doc, f)
+            if found is not None:
+                yield found
+
+
+def _flux_object(doc: Any, file: Path, parent: str | None = None) -> FluxObject | None:
+    """`doc` as a FluxObject declared in `file`, None when it is no Flux Kustomization, HelmRelease or source."""
+    if not isinstance(doc, dict):
+        return None
+    api, kind = str(doc.get("apiVersion", "")), str(doc.get("kind", ""))
+    meta = _mapping(doc.get("metadata"))
+    name, ns = str(meta.get("name", "")), str(meta.get("namespace") or "flux-system")
+    if kind == "Kustomization" and api.startswith(FLUX_KUSTOMIZATION_API):
+        spec = _mapping(doc.get("spec"))
+        return FluxKustomization(kind, name, ns, file, doc, path=str(spec.get("path") or "./"), parent=parent)
+    if (kind == "HelmRelease" and api.startswith(HELM_RELEASE_API)) or api.startswith(SOURCE_API):
+        return FluxObject(kind, name, ns, file, doc)
+    return None
+
+
+def _inside(spec_path: str) -> str:
+    """spec.path inside its artifact ("" for its root), as kustomize-controller joins it (securejoin: a leading /
+    is the artifact's root, `..` stops there)."""
+    return posixpath.normpath(posixpath.join("/", spec_path)).lstrip("/")
+
+
+# ---- Flux Kustomizations as Flux builds them (validate) ---------------------------------------------------------
+
+# Fields of a Flux Kustomization's spec that kustomize-controller writes into its path's kustomization.
+FLUX_BUILD_FIELDS = ("targetNamespace", "namePrefix", "nameSuffix", "patches", "components", "ignoreMissingComponents",
+                     "patchesStrategicMerge", "patchesJson6902", "images", "buildMetadata")
+SUBSTITUTE_KEY = "kustomize.toolkit.fluxcd.io/substitute"  # label or annotation; `disabled`: not substituted
+MAX_FLUX_BUILDS = 4000  # per cluster folder: a bound on a tree of Kustomizations that keeps producing new builds
+
+
+@dataclass(frozen=True)
+class FluxBuild:
+    """What kustomize-controller builds for a Flux Kustomization: the folder its path names (resolved) with
+    `fields` (FluxKustomization.build_fields) written into its kustomization, or into the one Flux generates for
+    a folder without it. `FluxBuild(folder)`: the folder as it is (or its generated kustomization)."""
+
+    folder: Path
+    fields: str = ""
+
+    @property
+    def spec(self) -> dict[str, Any]:
+        loaded = json.loads(self.fields) if self.fields else {}
+        return loaded if isinstance(loaded, dict) else {}
+
+
+@dataclass(frozen=True)
+class FluxRender:
+    """A FluxBuild's objects (None: kustomize fails on it) and the files its build reads (resolved), where the
+    objects are declared."""
+
+    docs: list[Any] | None
+    files: tuple[Path, ...] = ()
+
+
+class FluxRenderer(Protocol):
+    """Builds FluxBuilds (validate's runs kustomize once per build and keeps the results for its checks)."""
+
+    def render(self, builds: Sequence[FluxBuild]) -> list[FluxRender]: ...
+
+
+_RENDERER: contextvars.ContextVar[FluxRenderer | None] = contextvars.ContextVar("flux_renderer", default=None)
+
+
+@contextlib.contextmanager
+def flux_rendering(renderer: FluxRenderer) -> Iterator[None]:
+    """Within it, Repository.at reads each cluster folder's Flux objects from renders made by `renderer`."""
+    token = _RENDERER.set(renderer)
+    try:
+        yield
+    finally:
+        _RENDERER.reset(token)
+
+
+def flux_build(root: Path, ks: FluxKustomization) -> FluxBuild | None:
+    """What Flux builds for `ks` (a Kustomization of this repository's source), None when its path is no folder
+    of the repository (or still holds a postBuild variable)."""
+    if "${" in ks.path:
+        return None
+    folder = resolved(root / ks.path)
+    top = resolved(root)
+    if (folder != top and top not in folder.parents) or not folder.is_dir():
+        return None
+    return FluxBuild(folder, ks.build_fields)
+
+
+# Flux's envsubst (fluxcd/pkg/envsubst, a fork of drone/envsubst): `$$` is a literal `$` (so `$${x}` stays
+# `${x}`), `${x}` the value of x, `${x:=d}`/`${x:-d}` d when x is unset or empty, `${x=d}`/`${x-d}` d when unset.
+_EXPRESSION = re.compile(r"\$\$|\$\{([^{}$]*)\}")
+_NAME = re.compile(r"[A-Za-z0-9_]+")
+
+
+def envsubst(text: str, values: dict[str, str]) -> tuple[str, set[str]]:
+    """`text` with postBuild variables replaced as Flux does, and the names it could not replace (not in
+    `values`, no default; or an expression Flux evaluates with a bash function, left as written)."""
+    unknown: set[str] = set()
+
+    def one(m: re.Match[str]) -> str:
+        if m.group(1) is None:
+            return "$"
+        body = m.group(1)
+        name = _NAME.match(body)
+        if name is None:
+            unknown.add(body)
+            return m.group(0)
+        var, rest = name.group(0), body[name.end():]
+        if not rest:
+            if var in values:
+                return values[var]
+            unknown.add(var)
+            return m.group(0)
+        for op in (":=", ":-", "=", "-"):
+            if rest.startswith(op):
+                value = values.get(var)
+                if value is not None and (value or op in ("=", "-")):
+                    return value
+                return rest[len(op):]  # unset here: a variable from a source not in the repository may set it
+        unknown.add(var)
+        return m.group(0)
+
+    return _EXPRESSION.sub(one, text), unknown
+
+
+def substitution_disabled(obj: dict[str, Any]) -> bool:
+    meta = _mapping(obj.get("metadata"))
+    return any(_mapping(meta.get(k)).get(SUBSTITUTE_KEY) == "disabled" for k in ("labels", "annotations"))
+
+
+def substitute_objects(docs: list[Any], variables: tuple[tuple[str, str], ...] | None, known: bool = True
+                       ) -> tuple[list[Any], set[str]]:
+    """The objects of a build as Flux applies them with postBuild `variables` (None: no postBuild, nothing
+    substituted): each object's YAML substituted (envsubst) and read again, unless labelled or annotated
+    kustomize.toolkit.fluxcd.io/substitute: disabled; Flux substitutes only when it has variables (`known` False:
+    some source of them is not in the repository, so it has). Returns them and the variables left unknown."""
+    values = dict(variables or ())
+    if variables is None or (not values and known):
+        return docs, set()
+    out: list[Any] = []
+    unknown: set[str] = set()
+    for doc in docs:
+        if not isinstance(doc, dict) or substitution_disabled(doc) or "$" not in json.dumps(doc, default=str):
+            out.append(doc)
+            continue
+        text = yaml.safe_dump(doc, sort_keys=False, allow_unicode=True, width=1 << 30)  # no line folded
+        new, missing = envsubst(text, values)
+        unknown |= missing
+        if new == text:
+            out.append(doc)
+            continue
+        try:
+            again = loads_all(new)
+        except InputError:  # a value that breaks the YAML: Flux fails on it too; judged as written
+            out.append(doc)
+            continue
+        out.extend(again[:1] if again else [doc])
+    return out, unknown
+
+
+def _configmaps(docs: list[Any], namespace: str | None) -> dict[tuple[str, str], dict[str, str]]:
+    """The ConfigMaps among `docs` (their namespace, else `namespace`): (namespace, name) -> data."""
+    out = {}
+    for doc in docs:
+        if isinstance(doc, dict) and doc.get("kind") == "ConfigMap" and doc.get("apiVersion") == "v1":
             meta = _mapping(doc.get("metadata"))
-            name, ns = str(meta.get("name", "")), str(meta.get("namespace", "flux-system"))
-            if kind == "Kustomization" and api.startswith(FLUX_KUSTOMIZATION_API):
-                spec = _mapping(doc.get("spec"))
-                yield FluxKustomization(kind, name, ns, f, doc, path=str(spec.get("path", "./")))
-            elif (kind == "HelmRelease" and api.startswith(HELM_RELEASE_API)) or api.startswith(SOURCE_API):
-                yield FluxObject(kind, name, ns, f, doc)
+            data = _mapping(doc.get("data"))
+            out[(str(meta.get("namespace") or namespace or "default"), str(meta.get("name")))] = {
+                str(k): str(v).replace("\n", "") for k, v in data.items()}
+    return out
+
+
+def _variables(ks: FluxKustomization, configmaps: dict[tuple[str, str], dict[str, str]]
+               ) -> tuple[tuple[tuple[str, str], ...] | None, bool]:
+    """The postBuild variables of `ks` known in this cluster (ConfigMaps of its renders, in the Kustomization's
+    namespace, or the only one of that name) and whether every source of them was found (kustomize-controller:
+    substituteFrom in order, spec.postBuild.substitute last, newlines removed)."""
+    post = ks.spec.get("postBuild")
+    if not isinstance(post, dict):
+        return None, True
+    values: dict[str, str] = {}
+    known = True
+    for ref in post.get("substituteFrom") or []:
+        if not isinstance(ref, dict):
+            continue
+        name = str(ref.get("name"))
+        data = None
+        if ref.get("kind") == "ConfigMap":
+            data = configmaps.get((ks.namespace, name))
+            if data is None:
+                named = [d for (_, n), d in configmaps.items() if n == name]
+                data = named[0] if len(named) == 1 else None
+        if data is None:
+            known = False  # a Secret (never read here) or a ConfigMap created elsewhere
+            continue
+        values.update(data)
+    for k, v in _mapping(post.get("substitute")).items():
+        values[str(k)] = str(v).replace("\n", "")
+    return tuple(sorted(values.items())), known
+
+
+class _FluxTree:
+    """One cluster folder's Flux objects as Flux applies them: the folder's render, then, through every
+    Kustomization of this repository's own source, its path's render (with what Flux adds to the build and its
+    postBuild variables), each object attributed to the file that declares it."""
+
+    def __init__(self, repository: Repository, renderer: FluxRenderer) -> None:
+        self.repository = repository
+        self.renderer = renderer
+        self.index: dict[tuple[Path, ...], dict[tuple[str, str], Path]] = {}
+
+    def cluster(self, folder: Path, raw: tuple[FluxObject, ...]) -> list[FluxObject]:
+        configmaps: dict[tuple[str, str], dict[str, str]] = {}
+        found: list[FluxObject] = list(raw)
+        for _ in range(4):  # again while a ConfigMap found later changes a Kustomization's postBuild variables
+            found = self._walk(folder, raw, configmaps)
+            if all(_variables(k, configmaps) == (k.variables, k.variables_known) for k in found
+                   if isinstance(k, FluxKustomization)):
+                break
+        return found
+
+    def own(self, obj: FluxObject) -> bool:
+        return isinstance(obj, FluxKustomization) and self.repository.layout.is_own_source(*obj.source_ref)
+
+    def _walk(self, folder: Path, raw: tuple[FluxObject, ...],
+              configmaps: dict[tuple[str, str], dict[str, str]]) -> list[FluxObject]:
+        root = self.repository.root
+        start = FluxBuild(resolved(folder))
+        first = self.renderer.render([start])[0]
+        if first.docs is None:
+            top: list[FluxObject] = list(raw)
+        else:
+            configmaps.update(_configmaps(first.docs, None))
+            top = self._objects(first, folder, None, None, True, configmaps)
+        # The Kustomization syncing the folder itself (flux bootstrap's flux-system) builds it with its fields
+        # and postBuild variables.
+        sync = next((k for k in top if isinstance(k, FluxKustomization) and self.own(k)
+                     and (b := flux_build(root, k)) is not None and b.folder == start.folder), None)
+        seen: set[tuple[FluxBuild, Any]] = {(start, None)}
+        if sync is not None and first.docs is not None:
+            assert isinstance(sync, FluxKustomization)
+            variables, known = _variables(sync, configmaps)
+            build = FluxBuild(start.folder, sync.build_fields)
+            if variables is not None or build != start:
+                again = self.renderer.render([build])[0]
+                seen.add((build, variables))
+                if again.docs is not None:
+                    top = self._objects(again, folder, None, (variables, known), True, configmaps)
+        out: list[FluxObject] = []
+        have: set[tuple[str, str, str]] = set()
+        queue: list[FluxKustomization] = []
+
+        def take(objs: list[FluxObject]) -> None:
+            for obj in objs:
+                if (obj.kind, obj.namespace, obj.name) in have:
+                    continue
+                have.add((obj.kind, obj.namespace, obj.name))
+                if isinstance(obj, FluxKustomization):
+                    variables, known = _variables(obj, configmaps)
+                    obj = replace(obj, variables=variables, variables_known=known)
+                    if self.own(obj):
+                        queue.append(obj)
+                out.append(obj)
+
+        take(top)
+        builds = 0
+        while queue and builds < MAX_FLUX_BUILDS:
+            level: list[tuple[FluxKustomization, FluxBuild]] = []
+            for ks in queue:
+                path = flux_build(root, ks)
+                if path is None or (path, ks.variables) in seen:
+                    continue
+                seen.add((path, ks.variables))
+                level.append((ks, path))
+            queue = []
+            builds += len(level)
+            renders = self.renderer.render([b for _, b in level])
+            for (ks, build), rendered in zip(level, renders, strict=True):
+                if rendered.docs is not None:
+                    take(self._objects(rendered, build.folder, ks, (ks.variables, ks.variables_known), False,
+                                       configmaps))
+        return out
+
+    def _objects(self, rendered: FluxRender, folder: Path, parent: FluxKustomization | None,
+                 variables: tuple[tuple[tuple[str, str], ...] | None, bool] | None, top: bool,
+                 configmaps: dict[tuple[str, str], dict[str, str]]) -> list[FluxObject]:
+        """The Flux objects of a render (substituted with `variables`), each with the file declaring it."""
+        docs = rendered.docs or []
+        if variables is not None:
+            docs, _ = substitute_objects(docs, variables[0], variables[1])
+        if not top:
+            namespace = parent.spec.get("targetNamespace") if parent is not None else None
+            configmaps.update(_configmaps(docs, str(namespace) if namespace else None))
+        index = self._index(rendered.files)
+        fallback = kustomization_file(folder) or folder
+        out = []
+        for doc in docs:
+            obj = _flux_object(doc, fallback, parent=None if parent is None else f"{parent.namespace}/{parent.name}")
+            if obj is None:
+                continue
+            file = index.get((obj.kind, obj.name)) or next(
+                (f for (kind, name), f in index.items() if kind == obj.kind and name and name in obj.name), fallback)
+            out.append(self.repository._applied(replace(obj, file=file)))
+        return out
+
+    def _index(self, files: tuple[Path, ...]) -> dict[tuple[str, str], Path]:
+        """(kind, name) -> the file of `files` declaring a Flux object of that kind and name (as written)."""
+        found = self.index.get(files)
+        if found is None:
+            found = {}
+            for f in sorted(files):
+                if f.suffix not in (".yaml", ".yml") or f.name in KUSTOMIZATION_FILES:
+                    continue
+                try:
+                    docs = load_all_shared(f)
+                except InputError:
+                    continue
+                for doc in docs:
+                    obj = _flux_object(doc, f)
+                    if obj is not None:
+                        found.setdefault((obj.kind, obj.name), f)
+            self.index[files] = found
+        return found

@@ -3,9 +3,14 @@
 Flux applies each Kustomization only after the ones it `dependsOn` are Ready, and within one Kustomization it
 applies CustomResourceDefinitions and Namespaces before everything else (a server-side dry run of the rest follows).
 So an object can rely on what its own Kustomization creates first, on what every ancestor Kustomization created,
-and on what the cluster provides before Flux runs (kubectl-triton.yaml, `cluster.provides`). From that this module
-reports namespaces and CRDs that do not exist yet when an object is applied, references that resolve to nothing in
-the whole rendered cluster, and `wait: true` Kustomizations holding objects that can never become healthy.
+on what the Kustomization that applies its Kustomization created (provenance.py), and on what the cluster provides
+before Flux runs (kubectl-triton.yaml, `cluster.provides`). From that this module reports namespaces and CRDs that
+do not exist yet when an object is applied, references that resolve to nothing in the whole rendered cluster, and
+`wait: true` Kustomizations holding objects that can never become healthy.
+
+What the repository cannot show is said so, never an error: CRDs a chart without data here may install (crds.py),
+a CRD another Kustomization installs without a dependsOn line to it (Flux retries until it converges), and objects
+Helm charts, operators and the kubelet create at run time (runtime.py).
 
 Pure: rendered objects and Flux Kustomization objects in, findings out (`check` is the adapter for validate)."""
 
@@ -14,19 +19,33 @@ from __future__ import annotations
 import fnmatch
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
-from functools import cache
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from kubectl_triton.checks.findings import Finding
-from kubectl_triton.checks.registry import Severity, register
-from kubectl_triton.datafiles import data_text
-from kubectl_triton.formats import yamlio
+from kubectl_triton.checks.manifests import crds, runtime
+from kubectl_triton.checks.manifests.crds import chart_groups
+from kubectl_triton.checks.manifests.provenance import (
+    Applied,
+    Provided,
+    Simulation,
+    Suspect,
+    add_from,
+    ancestors,
+    cluster_scoped,
+    effective_objects,
+    generated,
+    provisions,
+)
+from kubectl_triton.checks.registry import register
 from kubectl_triton.formats.schemas import object_id
 from kubectl_triton.gitops import repo
 from kubectl_triton.gitops.layout import ClusterProvides
 from kubectl_triton.gitops.model import Repository
+
+__all__ = ["Applied", "Provided", "ancestors", "chart_groups", "check", "check_cluster", "clusters_applied",
+           "effective_objects", "provisions"]
 
 NAMESPACE_MISSING = register(
     "NamespaceMissing", "error", "cluster",
@@ -88,15 +107,8 @@ DEPENDENCY_CYCLE = register(
 WORKLOADS = ("Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job", "CronJob", "Pod", "LeaderWorkerSet")
 
 
-@cache
 def _data() -> dict[str, Any]:
-    return yamlio.load_data(data_text("chart_crds.yaml"), "chart_crds.yaml")
-
-
-def chart_groups(chart: str) -> tuple[str, ...] | None:
-    """API groups the Helm chart installs CRDs of (None: a chart this plugin knows nothing about)."""
-    entry = _data()["charts"].get(chart)
-    return tuple(entry["groups"]) if entry is not None else None
+    return crds.data()
 
 
 def _group(obj: dict) -> str:
@@ -127,181 +139,99 @@ def _name(obj: dict) -> str:
     return str(_meta(obj).get("name", ""))
 
 
-@dataclass
-class Applied:
-    """One Flux Kustomization of a cluster and the objects it applies (None: unknown, it did not render)."""
-
-    name: str
-    namespace: str
-    file: str  # repository-relative file declaring the Flux Kustomization
-    path: str  # repository-relative folder it applies
-    spec: dict[str, Any]
-    objects: list[dict] | None
-
-    @property
-    def key(self) -> tuple[str, str]:
-        return self.namespace, self.name
-
-    @property
-    def depends(self) -> list[tuple[str, str]]:
-        deps = self.spec.get("dependsOn")
-        return [(str(d.get("namespace") or self.namespace), str(d.get("name"))) for d in deps
-                if isinstance(d, dict)] if isinstance(deps, list) else []
-
-    @property
-    def waits(self) -> bool:
-        return self.spec.get("wait") is True
-
-    def awaits(self, obj: dict) -> bool:
-        """Does this Kustomization become Ready only after `obj` is healthy (wait, or a healthCheck on it)?"""
-        if self.waits:
-            return True
-        for hc in self.spec.get("healthChecks") or []:
-            if isinstance(hc, dict) and hc.get("kind") == obj.get("kind") and hc.get("name") == _name(obj) \
-                    and (hc.get("namespace") or None) in (None, _ns(obj)):
-                return True
-        return False
-
-
-def effective_objects(ks: Applied) -> list[dict]:
-    """The objects as Flux applies them: spec.targetNamespace overrides every namespaced object's namespace."""
-    target = ks.spec.get("targetNamespace")
-    objects = [o for o in ks.objects or [] if isinstance(o, dict)]
-    if not target:
-        return objects
-    scoped = set(_data()["cluster_scoped_kinds"]["kinds"])
-    out = []
-    for obj in objects:
-        if obj.get("kind") not in scoped:
-            obj = {**obj, "metadata": {**_meta(obj), "namespace": target}}
-        out.append(obj)
-    return out
-
-
-def ancestors(ks: Applied, by_key: dict[tuple[str, str], Applied]) -> list[Applied]:
-    """Every Kustomization `ks` transitively dependsOn (cycles and unknown names are reported elsewhere)."""
-    seen: dict[tuple[str, str], Applied] = {}
-    todo = list(ks.depends)
-    while todo:
-        key = todo.pop()
-        if key in seen or key == ks.key or key not in by_key:
-            continue
-        seen[key] = by_key[key]
-        todo.extend(by_key[key].depends)
-    return list(seen.values())
-
-
-# ------------------------------------------------------------------------------------------------ what exists
-
-
-@dataclass
-class Provided:
-    """Namespaces and CRD groups, each with who provides it (for messages and dependsOn hints)."""
-
-    namespaces: dict[str, str] = field(default_factory=dict)
-    groups: dict[str, str] = field(default_factory=dict)
-    unawaited: dict[str, str] = field(default_factory=dict)  # group -> HelmRelease whose readiness nobody awaits
-    # what an ancestor applies whose contents are unknown here (a chart this plugin has no data on, a nested Flux
-    # Kustomization of another source): it may install any CRD or namespace, so a missing one is only a warning
-    unknown: list[str] = field(default_factory=list)
-
-    def copy(self) -> Provided:
-        return Provided(dict(self.namespaces), dict(self.groups), dict(self.unawaited), list(self.unknown))
-
-
-def _helm_chart(release: dict, objects: list[dict]) -> str | None:
-    spec = _spec(release)
-    chart = ((spec.get("chart") or {}).get("spec") or {}).get("chart") if isinstance(spec.get("chart"), dict) \
-        else None
-    if chart:
-        return str(chart).rsplit("/", 1)[-1]
-    ref = spec.get("chartRef")
-    if isinstance(ref, dict) and ref.get("kind") == "OCIRepository":
-        for obj in objects:
-            if obj.get("kind") == "OCIRepository" and _name(obj) == ref.get("name"):
-                return str(_spec(obj).get("url", "")).rstrip("/").rsplit("/", 1)[-1] or None
-    return None
-
-
-def _release_namespace(release: dict) -> str | None:
-    spec = _spec(release)
-    return str(spec.get("targetNamespace") or spec.get("storageNamespace") or _ns(release) or "") or None
-
-
-def _installs_crds(release: dict) -> bool:
-    install = _spec(release).get("install")
-    return not (isinstance(install, dict) and install.get("crds") == "Skip")
-
-
 def _creates_namespace(release: dict) -> bool:
     install = _spec(release).get("install")
     return isinstance(install, dict) and install.get("createNamespace") is True
 
 
-def _add_from(provided: Provided, ks: Applied, objects: list[dict], ancestor: bool,
-              all_objects: list[dict], provided_keys: frozenset[tuple[str, str]] = frozenset()) -> None:
-    """What `ks`'s objects make available: to itself (Namespaces, CRDs applied first) or, as an ancestor, also
-    what its HelmReleases install."""
-    who = f"Kustomization {ks.name}"
-    for obj in objects:
-        kind = obj.get("kind")
-        if kind == "Namespace" and _group(obj) == "":
-            provided.namespaces.setdefault(_name(obj), f"{who} ({object_id(obj)})")
-        elif kind == "CustomResourceDefinition":
-            group = _spec(obj).get("group")
-            if group:
-                provided.groups.setdefault(str(group), f"{who} ({object_id(obj)})")
-        elif kind == "Kustomization" and _group(obj) == "kustomize.toolkit.fluxcd.io" and ancestor \
-                and (_ns(obj) or ks.namespace, _name(obj)) not in provided_keys:
-            provided.unknown.append(f"Kustomization {_name(obj)} (applied by {who})")
-        elif kind == "HelmRelease" and ancestor:
-            if (_helm_chart(obj, all_objects) is None or chart_groups(str(_helm_chart(obj, all_objects))) is None) \
-                    and _installs_crds(obj):
-                provided.unknown.append(f"HelmRelease {_name(obj)} of {who} (a chart without CRD data here)")
-            if _creates_namespace(obj) and _release_namespace(obj):
-                provided.namespaces.setdefault(str(_release_namespace(obj)), f"HelmRelease {_name(obj)} of {who}")
-            chart = _helm_chart(obj, all_objects)
-            if chart and _installs_crds(obj):
-                for group in chart_groups(chart) or ():
-                    source = f"chart {chart} (HelmRelease {_name(obj)} of {who})"
-                    if ks.awaits(obj):
-                        provided.groups.setdefault(group, source)
-                        provided.unawaited.pop(group, None)
-                    elif group not in provided.groups:
-                        provided.unawaited.setdefault(group, source)
-
-
-def _baseline(provides: ClusterProvides, flux_namespace: str) -> Provided:
-    data = _data()
-    out = Provided()
-    for ns in data["builtin_namespaces"]["namespaces"]:
-        out.namespaces[ns] = "Kubernetes"
-    out.namespaces.setdefault(flux_namespace, "flux bootstrap")
-    for group in data["builtin_groups"]["groups"]:
-        out.groups[group] = "Kubernetes"
-    for group in data["flux"]["groups"]:
-        out.groups[group] = "flux bootstrap"
-    for ns in provides.namespaces:
-        out.namespaces.setdefault(ns, provides.file or "kubectl-triton.yaml")
-    for group in provides.crds:
-        out.groups.setdefault(group, provides.file or "kubectl-triton.yaml")
-    return out
-
-
 # ------------------------------------------------------------------------------------------------ the checks
 
 
-def _order_findings(ks: Applied, objects: list[dict], have: Provided,
-                    elsewhere: Provided) -> Iterator[Finding]:
+@dataclass
+class _Context:
+    """The whole cluster, for the order findings' hints: what every Kustomization provides, who installs each CRD
+    group, the HelmReleases of charts without CRD data, the kinds without a namespace."""
+
+    everywhere: Provided
+    installers: dict[str, list[Applied]]
+    suspects: list[Suspect]
+    scoped: set[str]
+    by_key: dict[tuple[str, str], Applied]
+
+
+def _suspects_of(group: str, have: Provided, context: _Context) -> list[Suspect]:
+    """The HelmReleases that may install `group` (charts without CRD data here): the most likely first (its
+    words in their names), those applied before this Kustomization before the others."""
+    pool = [*have.suspects, *(s for s in context.suspects if s not in have.suspects)]
+    ranked = sorted(enumerate(pool), key=lambda p: (-crds.suspicion(group, p[1].release, p[1].chart), p[0]))
+    return [s for _, s in ranked]
+
+
+def _crd_finding(group: str, objs: list[str], ks: Applied, have: Provided, context: _Context) -> Finding:
+    """CRDMissing for the objects `objs` of group `group`: an error only where nothing in the cluster can be
+    installing it."""
+    kinds = sorted({o.split("/", 1)[0] for o in objs})
+    where = f"Kustomization {ks.name} ({ks.path})"
+    head = f"{', '.join(kinds)} ({group}) of {where}"
+    missing = (f"{head}: no CRD for {group} is installed before it (\"no matches for kind {kinds[0]}\" in Flux's "
+               "dry run on a fresh cluster)")
+    maybe = f"; unless {', '.join(have.unknown[:2])} provides it" if have.unknown else ""
+    if group in have.unawaited:
+        return CRD_MISSING.finding(
+            f"{head}: the CRDs come from {have.unawaited[group]}, but that Kustomization neither waits (wait: true) "
+            "nor health-checks the HelmRelease, so Flux may apply this before the chart is installed",
+            path=ks.file, object=objs[0], severity="warning")
+    platform = crds.platform_group(group)
+    if platform is not None:
+        return CRD_MISSING.finding(
+            f"{head}: not checked: {group} is served by {platform}, which nothing in git shows; declare the group "
+            "in kubectl-triton.yaml (cluster.provides.crds) once the platform serves it", path=ks.file,
+            object=objs[0], severity="warning")
+    installers = [i for i in context.installers.get(group, []) if i is not ks]
+    if installers or group in context.everywhere.groups or group in context.everywhere.unawaited:
+        source = context.everywhere.groups.get(group) or context.everywhere.unawaited.get(group)
+        waiting = [i for i in installers if any(a is ks for a in ancestors(i, context.by_key))]
+        if waiting and len(waiting) == len(installers):
+            return CRD_MISSING.finding(
+                f"{missing}; {source} installs it, but {waiting[0].label} dependsOn this Kustomization, so it is "
+                "never applied while this one fails: the cluster never converges; install the CRD before this "
+                "Kustomization (dependsOn the other way round)", path=ks.file, object=objs[0])
+        return CRD_MISSING.finding(
+            f"{missing}; {source} installs it without a dependsOn line from this Kustomization: Flux retries until "
+            "the CRD exists (the first reconciliations fail); add it to dependsOn (with wait: true) for a clean "
+            "first apply", path=ks.file, object=objs[0], severity="warning")
+    suspects = _suspects_of(group, have, context)
+    if suspects:
+        likely = [s for s in suspects if crds.suspicion(group, s.release, s.chart) > 0]
+        if likely:
+            shown = f"{', '.join(s.describe() for s in likely[:2])} may install it"
+        else:
+            names = ", ".join(f"{s.release} ({s.chart or 'chart unknown'})" for s in suspects[:3])
+            more = f" and {len(suspects) - 3} more" if len(suspects) > 3 else ""
+            shown = (f"it may come from one of the {len(suspects)} HelmRelease(s) of charts without CRD data here "
+                     f"({names}{more})")
+        return CRD_MISSING.finding(
+            f"{head}: not checked: no CRD object and no chart known to ship {group} is applied before it, but "
+            f"{shown}; declare the group in kubectl-triton.yaml (cluster.provides.crds) or dependsOn the "
+            "Kustomization that installs it", path=ks.file, object=objs[0], severity="warning")
+    hint = ("; nothing in this repository installs it (no CRD object, no HelmRelease of a chart known to ship "
+            "it): install it in a Kustomization this one dependsOn, or declare the group in kubectl-triton.yaml "
+            "(cluster.provides.crds)")
+    return CRD_MISSING.finding(f"{missing}{hint}{maybe}", path=ks.file, object=objs[0],
+                               severity="warning" if have.unknown else None)
+
+
+def _order_findings(ks: Applied, objects: list[dict], have: Provided, context: _Context) -> Iterator[Finding]:
     """Namespaces and CRDs `ks`'s objects need, against what exists when Flux applies it."""
     missing_ns: dict[str, list[str]] = defaultdict(list)
     missing_group: dict[str, list[str]] = defaultdict(list)
     for obj in objects:
-        ns = _ns(obj)
+        ns = _ns(obj) if obj.get("kind") not in context.scoped else None
         if obj.get("kind") == "HelmRelease":
             spec = _spec(obj)
             target = spec.get("targetNamespace")
-            if target and not _creates_namespace(obj) and str(target) not in have.namespaces:
+            if target and not _creates_namespace(obj) and not spec.get("kubeConfig") \
+                    and str(target) not in have.namespaces:
                 missing_ns[str(target)].append(f"{object_id(obj)} (spec.targetNamespace)")
         if ns and ns not in have.namespaces:
             missing_ns[ns].append(object_id(obj))
@@ -310,31 +240,17 @@ def _order_findings(ks: Applied, objects: list[dict], have: Provided,
             missing_group[group].append(object_id(obj))
     where = f"Kustomization {ks.name} ({ks.path})"
     maybe = f"; unless {', '.join(have.unknown[:2])} provides it" if have.unknown else ""
-    severity: Severity | None = "warning" if have.unknown else None
+    elsewhere = context.everywhere
     for ns, objs in sorted(missing_ns.items()):
         hint = (f"; {elsewhere.namespaces[ns]} creates it: add it to dependsOn" if ns in elsewhere.namespaces
                 else "; nothing in this cluster creates it: add a Namespace object or declare it in "
                      "kubectl-triton.yaml (cluster.provides.namespaces)")
         yield NAMESPACE_MISSING.finding(
             f"namespace {ns} does not exist when Flux applies {where}: {len(objs)} object(s) fail "
-            f"(\"namespaces {ns} not found\"){hint}{maybe}", path=ks.file, object=objs[0], severity=severity)
+            f"(\"namespaces {ns} not found\"){hint}{maybe}", path=ks.file, object=objs[0],
+            severity="warning" if have.unknown else None)
     for group, objs in sorted(missing_group.items()):
-        kinds = sorted({o.split("/", 1)[0] for o in objs})
-        if group in have.unawaited:
-            yield CRD_MISSING.finding(
-                f"{', '.join(kinds)} ({group}) of {where}: the CRDs come from {have.unawaited[group]}, but that "
-                "Kustomization neither waits (wait: true) nor health-checks the HelmRelease, so Flux may apply this "
-                "before the chart is installed", path=ks.file, object=objs[0], severity="warning")
-            continue
-        hint = (f"; {elsewhere.groups[group]} installs it: add it to dependsOn (with wait: true)"
-                if group in elsewhere.groups else
-                "; nothing in this repository installs it (no CRD object, no HelmRelease of a chart known to ship "
-                "it): install it in a Kustomization this one dependsOn, or declare the group in kubectl-triton.yaml "
-                "(cluster.provides.crds)")
-        yield CRD_MISSING.finding(
-            f"{', '.join(kinds)} ({group}) of {where}: no CRD for {group} is installed before it (\"no matches "
-            f"for kind {kinds[0]}\" in Flux's dry run on a fresh cluster){hint}{maybe}", path=ks.file,
-            object=objs[0], severity=severity)
+        yield _crd_finding(group, objs, ks, have, context)
 
 
 def pod_templates(obj: dict) -> list[dict]:
@@ -390,9 +306,11 @@ class _Cluster:
         default_factory=lambda: defaultdict(list))
     pod_kinds: dict[str | None, set[str]] = field(default_factory=lambda: defaultdict(set))
     claim_templates: set[tuple[str | None, str]] = field(default_factory=set)
+    creators: runtime.Creators = field(default_factory=runtime.Creators)  # what creates objects at run time
 
     def add(self, obj: dict) -> None:
         kind, ns = str(obj.get("kind")), _ns(obj)
+        self.creators.add(obj)
         self.by_kind[(kind, ns, _name(obj))] = obj
         if kind in WORKLOADS:
             for template in pod_templates(obj):
@@ -470,6 +388,19 @@ _REF_CHECKS = {"PersistentVolumeClaim": CLAIM_MISSING, "ConfigMap": CONFIGMAP_MI
                "ServiceAccount": SERVICE_ACCOUNT_MISSING}
 
 
+def _unchecked(cluster: _Cluster, namespaces: list[str | None], hint: str) -> list[str]:
+    """Who may create, at run time, what a reference in `namespaces` points at (empty: nothing, so a reference
+    that resolves to no rendered object is an error)."""
+    return [who for ns in dict.fromkeys(namespaces) for who in cluster.creators.in_namespace(ns, hint)]
+
+
+def _hint(labels: Any) -> str:
+    """A selector's likeliest release name (app.kubernetes.io/instance, else any value), for ranking creators."""
+    labels = labels if isinstance(labels, dict) else {}
+    return str(labels.get("app.kubernetes.io/instance") or labels.get("app.kubernetes.io/name")
+               or next(iter(labels.values()), ""))
+
+
 def _reference_findings(ks: Applied, objects: list[dict], cluster: _Cluster,
                         provides: ClusterProvides) -> Iterator[Finding]:
     external = [(s.namespace, s.name) for s in provides.secrets]
@@ -479,7 +410,8 @@ def _reference_findings(ks: Applied, objects: list[dict], cluster: _Cluster,
             seen: set[tuple[str, str]] = set()
             for template in pod_templates(obj):
                 for ref_kind, name, where in _pod_refs(template):
-                    if (ref_kind, name) in seen or cluster.has(ref_kind, ns, name):
+                    if (ref_kind, name) in seen or cluster.has(ref_kind, ns, name) \
+                            or cluster.creators.writes(ref_kind, ns, name):
                         continue
                     if ref_kind == "Secret" and any(fnmatch.fnmatchcase(str(ns), n) and fnmatch.fnmatchcase(name, s)
                                                     for n, s in external):
@@ -498,9 +430,17 @@ def _reference_findings(ks: Applied, objects: list[dict], cluster: _Cluster,
         elif kind == "Service" and _group(obj) == "":
             selector = _spec(obj).get("selector")
             if isinstance(selector, dict) and selector and not _selects_a_pod(selector, cluster, ns):
+                text = f"selector {_fmt_labels(selector)} matches no pod template in namespace {ns}"
+                if runtime.platform_pods(selector, ns):
+                    yield SERVICE_SELECTS_NOTHING.finding(
+                        f"{text}; not checked: it selects pods the platform runs (the control plane's static pods, "
+                        "CoreDNS; no file renders them)", path=ks.path, object=object_id(obj), severity="info")
+                    continue
+                who = [] if _shares_pod_label(selector, cluster, ns) else _unchecked(cluster, [ns], _hint(selector))
                 yield SERVICE_SELECTS_NOTHING.finding(
-                    f"selector {_fmt_labels(selector)} matches no pod template in namespace {ns}: the Service "
-                    "never gets endpoints", path=ks.path, object=object_id(obj))
+                    f"{text}; {runtime.not_checked(who, 'the pods')}" if who else
+                    f"{text}: the Service never gets endpoints", path=ks.path, object=object_id(obj),
+                    severity="warning" if who else None)
         elif kind == "HorizontalPodAutoscaler":
             ref = _spec(obj).get("scaleTargetRef")
             if isinstance(ref, dict) and not cluster.has(str(ref.get("kind")), ns, str(ref.get("name"))):
@@ -510,12 +450,29 @@ def _reference_findings(ks: Applied, objects: list[dict], cluster: _Cluster,
         elif kind == "PodDisruptionBudget":
             selector = _spec(obj).get("selector")
             if not _selects_pods(selector, cluster, ns):
+                if runtime.platform_pods(selector, ns):
+                    yield PDB_SELECTS_NOTHING.finding(
+                        f"selector {_fmt_selector(selector)} matches no pod template in namespace {ns}; not checked: "
+                        "it selects pods the platform runs (the control plane's static pods, CoreDNS; no file "
+                        "renders them)", path=ks.path, object=object_id(obj), severity="info")
+                    continue
+                match = _as_dict(_as_dict(selector).get("matchLabels"))
+                who = [] if _shares_pod_label(match, cluster, ns) else _unchecked(cluster, [ns], _hint(match))
+                text = f"selector {_fmt_selector(selector)} matches no pod template in namespace {ns}"
                 yield PDB_SELECTS_NOTHING.finding(
-                    f"selector {_fmt_labels((selector or {}).get('matchLabels') or {})} matches no pod template "
-                    f"in namespace {ns}", path=ks.path, object=object_id(obj))
+                    f"{text}; {runtime.not_checked(who, 'the pods')}" if who else text, path=ks.path,
+                    object=object_id(obj), severity="warning" if who else None)
         elif kind == "ServiceMonitor":
             yield from _service_monitor(ks, obj, cluster)
         # HTTPRoute backends (Service and port, in the clusters that apply the route): checks/manifests/routes.py
+
+
+def _shares_pod_label(selector: Any, cluster: _Cluster, ns: str | None) -> bool:
+    """Does a selector name a label (key and value) that a rendered pod template of `ns` carries? Then it is
+    meant for the repository's own workloads, and matching none of them is a mistake, not a run-time object."""
+    labels = selector if isinstance(selector, dict) else {}
+    return any(cluster.pods_by_label.get((ns, kind, str(k), str(v))) for k, v in labels.items()
+               for kind in cluster.pod_kinds[ns])
 
 
 def _selects_pods(selector: Any, cluster: _Cluster, ns: str | None) -> bool:
@@ -558,11 +515,28 @@ def _fmt_labels(labels: Any) -> str:
         else str(labels)
 
 
+def _fmt_selector(selector: Any) -> str:
+    """A LabelSelector as Kubernetes writes one: {a=b, c in (x,y), d notin (z), e, !f}; {} selects all."""
+    if not isinstance(selector, dict):
+        return "{}" if selector is None else str(selector)
+    parts = [f"{k}={v}" for k, v in sorted(_as_dict(selector.get("matchLabels")).items())]
+    for expr in selector.get("matchExpressions") or []:
+        if not isinstance(expr, dict):
+            continue
+        key, op = str(expr.get("key")), str(expr.get("operator"))
+        values = ",".join(str(v) for v in expr.get("values") or [])
+        parts.append({"In": f"{key} in ({values})", "NotIn": f"{key} notin ({values})", "Exists": key,
+                      "DoesNotExist": f"!{key}"}.get(op, f"{key} {op} ({values})"))
+    return "{" + ", ".join(parts) + "}"
+
+
 def _service_monitor(ks: Applied, obj: dict, cluster: _Cluster) -> Iterator[Finding]:
     spec, ns, oid = _spec(obj), _ns(obj), object_id(obj)
     nsel = _as_dict(spec.get("namespaceSelector"))
     selector = spec.get("selector") or {}
-    namespaces = list(cluster.services) if nsel.get("any") else [str(n) for n in nsel.get("matchNames") or [ns]]
+    names = nsel.get("matchNames")
+    namespaces: list[str | None] = list(cluster.services) if nsel.get("any") else \
+        [str(n) for n in names] if isinstance(names, list) and names else [ns]
     match = selector.get("matchLabels") if isinstance(selector, dict) else None
     if isinstance(match, dict) and match:  # looked up through one of its labels rather than against every Service
         key, value = next(iter(match.items()))
@@ -573,9 +547,13 @@ def _service_monitor(ks: Applied, obj: dict, cluster: _Cluster) -> Iterator[Find
     if not selected:
         scope = "any namespace" if nsel.get("any") else \
             "namespace " + ", ".join(map(str, nsel.get("matchNames") or [ns]))
+        text = f"selector {_fmt_selector(spec.get('selector') or {})} matches no Service in {scope}"
+        match = _as_dict(_as_dict(selector).get("matchLabels"))
+        ours = any(cluster.services_by_label.get((n, str(k), str(v))) for n in namespaces for k, v in match.items())
+        who = [] if ours or nsel.get("any") else _unchecked(cluster, list(namespaces), _hint(match))
         yield SERVICEMONITOR_SELECTS_NOTHING.finding(
-            f"selector {_fmt_labels((spec.get('selector') or {}).get('matchLabels'))} matches no Service in {scope}: "
-            "Prometheus scrapes nothing", path=ks.path, object=oid)
+            f"{text}; {runtime.not_checked(who, 'the Service')}" if who else f"{text}: Prometheus scrapes nothing",
+            path=ks.path, object=oid, severity="warning" if who else None)
         return
     for endpoint in spec.get("endpoints") or []:
         port = endpoint.get("port") if isinstance(endpoint, dict) else None
@@ -672,95 +650,126 @@ def cycles(applied: list[Applied]) -> list[list[Applied]]:
     return list(found.values())
 
 
-def check_cluster(applied: list[Applied], provides: ClusterProvides, flux_namespace: str = "flux-system"
-                  ) -> list[Finding]:
-    """Every convergence finding of one cluster's Flux Kustomizations."""
+def _context(applied: list[Applied], effective: dict[int, list[dict]], all_objects: list[dict]) -> _Context:
+    """What each Kustomization of the cluster provides, as the order findings' hints need it."""
+    everywhere = Provided()
+    installers: dict[str, list[Applied]] = defaultdict(list)
+    for ks in applied:
+        own = Provided()
+        add_from(own, ks, effective[id(ks)], True, all_objects)
+        for group in {*own.groups, *own.unawaited}:
+            installers[group].append(ks)
+        everywhere.merge(own)
+    return _Context(everywhere, dict(installers), list(everywhere.suspects), cluster_scoped(all_objects),
+                    {ks.key: ks for ks in applied})
+
+
+def check_cluster(applied: list[Applied], provides: ClusterProvides, flux_namespace: str = "flux-system",
+                  outside: Iterable[Applied] = ()) -> list[Finding]:
+    """Every convergence finding of one cluster's Flux Kustomizations (`outside`: Kustomizations that apply some
+    of them without being of this cluster folder, e.g. the cluster folder itself as flux bootstrap applies it)."""
     out_cycles = [DEPENDENCY_CYCLE.finding(
         "dependsOn circle " + " -> ".join(k.name for k in [*circle, circle[0]]) + ": Flux waits on it forever",
         path=circle[0].file, object=f"Kustomization/{circle[0].namespace}/{circle[0].name}")
         for circle in cycles(applied)]
-    effective = {ks.key: effective_objects(ks) for ks in applied}
-    all_objects = [o for objs in effective.values() for o in objs]
+    sim = Simulation(applied, provides, flux_namespace, outside=outside)
+    effective = {id(ks): sim.objects(ks) for ks in applied}
+    all_objects = sim.all_objects
     cluster = _Cluster()
     for obj in all_objects:
         cluster.add(obj)
-    everywhere = Provided()
-    for ks in applied:
-        _add_from(everywhere, ks, effective[ks.key], True, all_objects)
+    context = _context(applied, effective, all_objects)
     out: list[Finding] = out_cycles
     storage = _storage_classes(provides, all_objects)
-    have_at = provisions(applied, provides, flux_namespace, effective)
     for ks in applied:
         if ks.objects is None:
             continue
-        objects = effective[ks.key]
-        if ks.key in have_at:
-            out.extend(_order_findings(ks, objects, have_at[ks.key], everywhere))
+        objects = effective[id(ks)]
+        have = sim.have(ks)
+        if have is not None:
+            order = _order_findings(ks, objects, have, context)
+            out.extend(replace(f, severity="warning", message=f"{f.message}; not checked further: it applies to "
+                               "another cluster (spec.kubeConfig), whose CRDs and namespaces are not simulated")
+                       if ks.remote and f.severity == "error" else f for f in order)
         out.extend(_reference_findings(ks, objects, cluster, provides))
         out.extend(_wait_findings(ks, objects, provides, storage))
     return out
 
 
-def provisions(applied: list[Applied], provides: ClusterProvides, flux_namespace: str = "flux-system",
-               effective: dict[tuple[str, str], list[dict]] | None = None) -> dict[tuple[str, str], Provided]:
-    """What exists when each Kustomization is applied on a fresh cluster: the baseline (Kubernetes, flux
-    bootstrap, kubectl-triton.yaml's cluster.provides), what its dependsOn line creates (HelmReleases' charts
-    included) and its own Namespaces and CRDs. Kustomizations with an unrendered ancestor are left out."""
-    by_key = {ks.key: ks for ks in applied}
-    effective = effective if effective is not None else {ks.key: effective_objects(ks) for ks in applied}
-    all_objects = [o for objs in effective.values() for o in objs]
-    before: dict[tuple[tuple[str, str], ...], Provided] = {}  # what a line of ancestors provides (many share one)
-    out: dict[tuple[str, str], Provided] = {}
-    for ks in applied:
-        if ks.objects is None:
-            continue
-        line = ancestors(ks, by_key)
-        if not all(a.objects is not None for a in line):  # an unrendered ancestor is reported as such already
-            continue
-        keys = tuple(a.key for a in line)
-        if keys not in before:
-            before[keys] = _baseline(provides, flux_namespace)
-            for ancestor in line:
-                _add_from(before[keys], ancestor, effective[ancestor.key], True, all_objects, frozenset(by_key))
-        have = before[keys].copy()
-        _add_from(have, ks, effective[ks.key], False, all_objects)
-        out[ks.key] = have
-    return out
-
-
 @dataclass
 class ClusterApplied:
-    """One cluster folder and the Flux Kustomizations it holds, with what each applies."""
+    """One cluster folder and the Flux Kustomizations it holds, with what each applies. `root`: the cluster
+    folder itself, when no Flux Kustomization of the repository applies it (flux bootstrap's, or the
+    FluxInstance's sync, does): what it holds exists before the Kustomizations it declares run."""
 
     folder: Path
     applied: list[Applied]
     flux_namespace: str
+    root: Applied | None = None
+
+
+def _objects_at(root: Path, path: Path, target: Any, rendered: dict[Path, list[dict] | None]
+                ) -> tuple[list[dict] | None, list[dict] | None, tuple[str, ...]]:
+    """(rendered objects, objects Flux would generate, unread sub-folders) of a folder of this repository
+    (`target`: its render, if any)."""
+    if target is not None and target.result is not None:
+        return target.objects, None, ()
+    top = repo.resolved(root)
+    if path.is_dir() and (path == top or top in path.parents) and repo.kustomization_file(path) is None:
+        objects, unread = generated(root, path, rendered)
+        return None, objects, tuple(unread)
+    return None, None, ()
 
 
 def clusters_applied(root: Path, targets: list[Any]) -> list[ClusterApplied]:
     """Every cluster folder's Flux Kustomizations over the rendered targets of a validate run."""
-    by_path = {t.path: t for t in targets}
+    by_path: dict[Path, Any] = {}
+    by_ks: dict[tuple[str, str, str], Any] = {}  # (file, namespace, name) -> the target built as it applies it
+    for t in targets:
+        known = by_path.get(t.path)
+        if known is None or (known.result is None and t.result is not None):
+            by_path[t.path] = t  # one render of the folder (a rendered one, where there is one)
+        for applying in getattr(t, "kustomizations", None) or []:
+            by_ks[(str(applying.file), applying.namespace, applying.name)] = t
+    rendered = {p: t.objects for p, t in by_path.items() if t.result is not None}
     layout = Repository.at(root, tolerant=True).layout
     own = (layout.source_kind, layout.source_name)
     out: list[ClusterApplied] = []
+    applied_paths: set[Path] = set()
     for cluster_dir in repo.clusters(root, tolerant=True):
         applied = []
         flux_ns = _data()["flux"]["namespace"]
         for ks in repo.flux_kustomizations(root, cluster_dir, tolerant=True):
             path = repo.resolved(root / ks.path)
-            target = by_path.get(path)
             spec = _as_dict(ks.obj.get("spec"))
             if path == repo.resolved(cluster_dir):
                 flux_ns = ks.namespace
             foreign = ks.source_ref[:2] != own and ks.source_ref[0] != ""  # applies another source's files
+            target = by_ks.get((str(ks.file), ks.namespace, ks.name)) or by_path.get(path)
+            objects, made, unread = (None, None, ()) if foreign else _objects_at(root, path, target, rendered)
+            if not foreign:
+                applied_paths.add(path)
             applied.append(Applied(ks.name, ks.namespace, repo.relative(root, ks.file), repo.relative(root, path),
-                                   spec, target.objects if target is not None and target.result is not None
-                                   and not foreign else None))
+                                   spec, objects, made, unread, foreign=foreign))
         out.append(ClusterApplied(cluster_dir, applied, flux_ns))
+    for cluster in out:
+        folder = repo.resolved(cluster.folder)
+        if folder not in applied_paths:
+            objects, made, unread = _objects_at(root, folder, by_path.get(folder), rendered)
+            rel = repo.relative(root, folder)
+            cluster.root = Applied(f"cluster folder {rel}", cluster.flux_namespace, rel, rel, {}, objects, made,
+                                   unread, root=True)
     return out
 
 
 def check(root: Path, targets: list[Any], provides: ClusterProvides) -> list[Finding]:
-    """validate's hook: one simulation per cluster folder, over the rendered Flux Kustomization paths."""
-    return [f for c in clusters_applied(root, targets) for f in check_cluster(c.applied, provides, c.flux_namespace)]
-
+    """validate's hook: one simulation per cluster folder, over the rendered Flux Kustomization paths. A
+    Kustomization may be applied by one of another cluster folder (a layout whose cluster folders are the
+    repository's top folders: kubernetes/flux applies kubernetes/apps): those count as its parents."""
+    clusters = clusters_applied(root, targets)
+    out: list[Finding] = []
+    for cluster in clusters:
+        outside = [*([cluster.root] if cluster.root is not None else []),
+                   *(ks for other in clusters if other is not cluster for ks in other.applied)]
+        out.extend(check_cluster(cluster.applied, provides, cluster.flux_namespace, outside))
+    return out

@@ -3,7 +3,9 @@
 - RouteWeights: the weights of a rule's backendRefs sum to 100 (a rule with one backend and no weight is
   all of the traffic);
 - RouteBackendMissing: every Service backend is rendered, with that port, by an overlay that the route's
-  cluster applies (any overlay when the route is registered nowhere: RouteNotRegistered);
+  cluster applies (any overlay when the route is registered nowhere: RouteNotRegistered); a backend in a
+  namespace where a HelmRelease or an operator creates Services at run time is "not checked" (a warning), as
+  runtime.py says;
 - RouteVersionMismatch: the versions the route records (annotations triton.kubectl.io/stable-version and
   canary-version) are the one version each track's config.pbtxt version_policy serves, and differ;
 - CanaryConfigDrift: the canary's config equals the stable one but for version_policy.
@@ -15,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from kubectl_triton.checks.findings import ERROR, WARNING, Finding
+from kubectl_triton.checks.manifests import runtime
 from kubectl_triton.checks.model.base import served_versions, without_policy
 from kubectl_triton.checks.registry import Severity, register
 from kubectl_triton.errors import TritonCtlError
@@ -50,10 +53,12 @@ def check(root: Path, targets: list[Any]) -> list[Finding]:
     out: list[Finding] = []
     by_path = {t.path: t for t in targets}
     flux = repo.flux_kustomizations(root, tolerant=True)  # malformed Flux files are reported by the gate
+    namespaces = _target_namespaces(root, flux)
+    seen: dict[tuple[Path, ...], tuple[dict, runtime.Creators]] = {}  # per set of deployed folders
     for target in targets:
         for obj in target.objects:
             if obj.get("kind") == "HTTPRoute" and str(obj.get("apiVersion", "")).startswith(GATEWAY_GROUP):
-                out += _check_route(root, target, obj, targets, by_path, flux)
+                out += _check_route(root, target, obj, targets, by_path, flux, namespaces, seen)
     return out
 
 
@@ -68,10 +73,43 @@ def _deployed(root: Path, target: Any, targets: list[Any], by_path: dict, flux: 
     return [by_path[p] for p in paths if p in by_path], True
 
 
+def _target_namespaces(root: Path, flux: list) -> dict[Path, str | None]:
+    """Folder -> the spec.targetNamespace the Flux Kustomizations applying it agree on (None: none, or several)."""
+    found: dict[Path, set[str]] = {}
+    for ks in flux:
+        if ks.spec.get("targetNamespace"):
+            found.setdefault(repo.resolved(root / ks.path), set()).add(str(ks.spec["targetNamespace"]))
+    return {path: names.pop() if len(names) == 1 else None for path, names in found.items()}
+
+
+def _namespace(obj: dict, target_ns: str | None) -> str:
+    """Where Flux puts a namespaced object: the Kustomization's targetNamespace, else its own (or default)."""
+    return target_ns or str(_meta(obj).get("namespace") or "default")
+
+
+def _services(deployed: list[Any], namespaces: dict[Path, str | None]
+              ) -> tuple[dict[tuple[str, str], tuple[dict, Any]], runtime.Creators]:
+    """The Services the deployed targets render, by (namespace, name), and what creates more at run time (Helm
+    charts, operators), each object in the namespace Flux applies it to."""
+    services: dict[tuple[str, str], tuple[dict, Any]] = {}
+    creators = runtime.Creators()
+    for t in deployed:
+        target_ns = namespaces.get(t.path)
+        for obj in t.objects:
+            if not isinstance(obj, dict):
+                continue
+            if obj.get("kind") == "Service" and obj.get("apiVersion") == "v1":
+                services[(_namespace(obj, target_ns), str(_meta(obj).get("name")))] = (obj, t)
+            else:
+                creators.add({**obj, "metadata": {**_meta(obj), "namespace": target_ns}} if target_ns else obj)
+    return services, creators
+
+
 def _check_route(root: Path, target: Any, route: dict, targets: list[Any], by_path: dict,
-                 flux: list) -> list[Finding]:
+                 flux: list, namespaces: dict[Path, str | None],
+                 seen: dict[tuple[Path, ...], tuple[dict, runtime.Creators]]) -> list[Finding]:
     oid = object_id(route)
-    ns = _meta(route).get("namespace") or "default"
+    ns = _namespace(route, namespaces.get(target.path))
 
     def finding(severity: Severity, code: str, message: str) -> Finding:
         return CHECKS[code].finding(message, path=target.rel, object=oid, severity=severity)
@@ -80,11 +118,10 @@ def _check_route(root: Path, target: Any, route: dict, targets: list[Any], by_pa
     deployed, registered = _deployed(root, target, targets, by_path, flux)
     if not registered:
         out.append(finding(WARNING, "RouteNotRegistered", "no Flux Kustomization applies this route"))
-    services: dict[tuple[str, str], tuple[dict, Any]] = {}
-    for t in deployed:
-        for obj in t.objects:
-            if obj.get("kind") == "Service" and obj.get("apiVersion") == "v1":
-                services[(str(_meta(obj).get("namespace") or "default"), str(_meta(obj).get("name")))] = (obj, t)
+    folders = tuple(sorted(t.path for t in deployed))
+    if folders not in seen:
+        seen[folders] = _services(deployed, namespaces)
+    services, creators = seen[folders]
     tracks: dict[str, tuple[dict, Any]] = {}
     for i, rule in enumerate((route.get("spec") or {}).get("rules") or []):
         refs = [b for b in rule.get("backendRefs") or [] if isinstance(b, dict)]
@@ -101,8 +138,10 @@ def _check_route(root: Path, target: Any, route: dict, targets: list[Any], by_pa
             found = services.get(key)
             where = "an overlay this route's cluster applies" if registered else "any overlay"
             if found is None:
-                out.append(finding(ERROR, "RouteBackendMissing", f"rules[{i}]: backend Service {key[0]}/{key[1]} "
-                                   f"is not rendered by {where}"))
+                who = creators.in_namespace(key[0], key[1])
+                missing = f"rules[{i}]: backend Service {key[0]}/{key[1]} is not rendered by {where}"
+                out.append(finding(WARNING, "RouteBackendMissing", f"{missing}; {runtime.not_checked(who, 'it')}")
+                           if who else finding(ERROR, "RouteBackendMissing", missing))
                 continue
             ports = {p.get("port") for p in (found[0].get("spec") or {}).get("ports") or []}
             if b.get("port") not in ports:

@@ -1,0 +1,439 @@
+"""The apply-order simulation on the layouts real Flux fleets use (issue 28): who installs a CRD (charts through
+spec.chartRef, the values that switch their CRDs, a CRD installed elsewhere, the platform's), the namespaces a
+parent Kustomization or the cluster folder creates before the child runs, and objects created at run time (by Helm
+charts, operators, the platform) said "not checked" instead of reported as errors. Synthetic fixtures written here,
+table-driven: each case asserts the findings' codes, objects and severities."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kubectl_triton.checks.manifests import crds, runtime
+from kubectl_triton.checks.manifests.convergence import Applied, check_cluster
+from kubectl_triton.gitops.layout import ClusterProvides
+
+REPROS = Path(__file__).resolve().parents[2] / "shared" / "conformance" / "flux-fleets" / "repros"
+CODES = ("CRDMissing", "NamespaceMissing", "RouteBackendMissing", "ServiceMonitorSelectsNothing",
+         "ServiceSelectsNothing", "PodDisruptionBudgetSelectsNothing", "SecretMissing")
+
+
+# ---- objects ---------------------------------------------------------------------------------------------------
+
+
+def _obj(api: str, kind: str, name: str, ns: str | None = None, spec: dict | None = None,
+         labels: dict | None = None) -> dict:
+    meta: dict[str, Any] = {"name": name}
+    if ns:
+        meta["namespace"] = ns
+    if labels:
+        meta["labels"] = labels
+    out: dict[str, Any] = {"apiVersion": api, "kind": kind, "metadata": meta}
+    if spec is not None:
+        out["spec"] = spec
+    return out
+
+
+def _ns(name: str) -> dict:
+    return _obj("v1", "Namespace", name)
+
+
+def _cm(name: str, ns: str | None = None) -> dict:
+    return _obj("v1", "ConfigMap", name, ns)
+
+
+def _oci(name: str, ns: str, url: str) -> dict:
+    return _obj("source.toolkit.fluxcd.io/v1", "OCIRepository", name, ns, {"url": url, "ref": {"tag": "1.0.0"}})
+
+
+def _release(name: str, ns: str, *, chart: str | None = None, ref: tuple[str, str] | None = None,
+             values: dict | None = None, **extra: Any) -> dict:
+    spec: dict[str, Any] = {"interval": "1h", **extra}
+    if chart:
+        spec["chart"] = {"spec": {"chart": chart, "sourceRef": {"kind": "HelmRepository", "name": "charts"}}}
+    if ref:
+        spec["chartRef"] = {"kind": ref[0], "name": ref[1]}
+    if values is not None:
+        spec["values"] = values
+    return _obj("helm.toolkit.fluxcd.io/v2", "HelmRelease", name, ns, spec)
+
+
+def _child(name: str, path: str, **spec: Any) -> dict:
+    """A Flux Kustomization object as a parent renders it."""
+    return _obj("kustomize.toolkit.fluxcd.io/v1", "Kustomization", name, "flux-system",
+                {"interval": "1h", "path": f"./{path}", "prune": True,
+                 "sourceRef": {"kind": "GitRepository", "name": "flux-system"}, **spec})
+
+
+def _issuer(name: str = "letsencrypt") -> dict:
+    return _obj("cert-manager.io/v1", "ClusterIssuer", name, spec={"selfSigned": {}})
+
+
+def _ks(name: str, objects: list[dict] | None, **spec: Any) -> Applied:
+    return Applied(name, "flux-system", f"clusters/prod/{name}.yaml", f"infra/{name}", dict(spec), objects)
+
+
+def _found(applied: list[Applied], provides: ClusterProvides | None = None,
+           outside: list[Applied] | None = None) -> set[tuple[str, str, str]]:
+    return {(f.code, str(f.object), f.severity)
+            for f in check_cluster(applied, provides or ClusterProvides(), outside=outside or [])}
+
+
+def _messages(applied: list[Applied], code: str, outside: list[Applied] | None = None) -> list[str]:
+    return [f.message for f in check_cluster(applied, ClusterProvides(), outside=outside or []) if f.code == code]
+
+
+CERT_MANAGER_OCI = _oci("cert-manager", "cert-manager", "oci://quay.io/jetstack/charts/cert-manager")
+ISSUED = ("CRDMissing", "ClusterIssuer/letsencrypt")
+
+
+# ---- who installs a CRD ---------------------------------------------------------------------------------------
+
+CRD_CASES = {
+    # chartRef to an OCIRepository: the chart is the URL's last segment; crds.enabled switches cert-manager's CRDs
+    "chartRef OCIRepository, crds.enabled": (
+        [_ns("cert-manager"), CERT_MANAGER_OCI,
+         _release("cert-manager", "cert-manager", ref=("OCIRepository", "cert-manager"),
+                  values={"crds": {"enabled": True}})], {"wait": True}, set()),
+    "the deprecated installCRDs": (
+        [_ns("cert-manager"), CERT_MANAGER_OCI,
+         _release("cert-manager", "cert-manager", ref=("OCIRepository", "cert-manager"), values={"installCRDs": True})],
+        {"wait": True}, set()),
+    "cert-manager's CRDs default to off": (
+        [_ns("cert-manager"), CERT_MANAGER_OCI,
+         _release("cert-manager", "cert-manager", ref=("OCIRepository", "cert-manager"))],
+        {"wait": True}, {(*ISSUED, "error")}),
+    "install.crds Skip wins over the values": (
+        [_ns("cert-manager"), CERT_MANAGER_OCI,
+         _release("cert-manager", "cert-manager", ref=("OCIRepository", "cert-manager"),
+                  values={"crds": {"enabled": True}}, install={"crds": "Skip"})],
+        {"wait": True}, {(*ISSUED, "error")}),
+    "a tag in the OCI URL": (
+        [_ns("cert-manager"), _oci("cert-manager", "cert-manager", "oci://ghcr.io/mirror/charts/cert-manager:v1.16"),
+         _release("cert-manager", "cert-manager", ref=("OCIRepository", "cert-manager"),
+                  values={"crds": {"enabled": True}})], {"wait": True}, set()),
+    "chartRef to a HelmChart": (
+        [_ns("cert-manager"),
+         _obj("source.toolkit.fluxcd.io/v1", "HelmChart", "cert-manager", "cert-manager",
+              {"chart": "cert-manager", "sourceRef": {"kind": "HelmRepository", "name": "jetstack"}}),
+         _release("cert-manager", "cert-manager", ref=("HelmChart", "cert-manager"),
+                  values={"crds": {"enabled": True}})], {"wait": True}, set()),
+    "valuesFrom may switch a default-off chart on: not checked": (
+        [_ns("cert-manager"), CERT_MANAGER_OCI,
+         _release("cert-manager", "cert-manager", ref=("OCIRepository", "cert-manager"),
+                  valuesFrom=[{"kind": "ConfigMap", "name": "values"}])],
+        {"wait": True}, {(*ISSUED, "warning")}),
+    "an unawaited installer": (
+        [_ns("cert-manager"), CERT_MANAGER_OCI,
+         _release("cert-manager", "cert-manager", ref=("OCIRepository", "cert-manager"),
+                  values={"crds": {"enabled": True}})], {}, {(*ISSUED, "warning")}),
+    "a chart without data, named like the group: not checked": (
+        [_release("cert-manager", "cert-manager", chart="cert-manager-fork")], {"wait": True},
+        {(*ISSUED, "warning")}),
+}
+
+
+@pytest.mark.parametrize("installer, installer_spec, expected", CRD_CASES.values(), ids=CRD_CASES.keys())
+def test_who_installs_the_crd(installer: list[dict], installer_spec: dict, expected: set):
+    infra = _ks("cert-manager", installer, **installer_spec)
+    issuers = _ks("issuers", [_issuer()], dependsOn=[{"name": "cert-manager"}])
+    assert {f for f in _found([infra, issuers]) if f[0] == "CRDMissing"} == expected
+
+
+@pytest.mark.parametrize("chart, values, installs", [
+    ("external-secrets", None, True),
+    ("external-secrets", {"installCRDs": False}, False),
+    ("cloudnative-pg", {"crds": {"create": False}}, False),
+    ("cilium", None, True),  # cilium-operator registers them (operator.skipCRDCreation defaults to false)
+    ("cilium", {"operator": {"skipCRDCreation": True}}, False),
+    ("kube-prometheus-stack", {"crds": {"enabled": False}}, False),
+    ("grafana-operator", None, True),
+    ("app-template", None, False),
+])
+def test_chart_values_switch_the_crds(chart: str, values: dict | None, installs: bool):
+    release = _release("r", "default", chart=chart, values=values)
+    info = crds.release_crds(release, [])
+    assert info.known and bool(info.groups) is installs, info
+
+
+def test_every_chart_names_where_its_crd_list_comes_from():
+    for name, entry in crds.data()["charts"].items():
+        assert str(entry.get("source", "")).startswith("https://"), name
+        assert isinstance(entry["groups"], list), name
+    assert "source.extensions.fluxcd.io" in crds.data()["flux"]["groups"]  # ArtifactGenerator, ExternalArtifact
+
+
+def test_crd_installed_elsewhere_is_a_warning_unless_it_never_converges():
+    installer = _ks("cert-manager", [_ns("cert-manager"), CERT_MANAGER_OCI, _release(
+        "cert-manager", "cert-manager", ref=("OCIRepository", "cert-manager"), values={"crds": {"enabled": True}})],
+        wait=True)
+    issuers = _ks("issuers", [_issuer()])  # no dependsOn line: Flux retries until cert-manager installs the CRDs
+    assert _found([installer, issuers]) == {(*ISSUED, "warning")}
+    message = _messages([installer, issuers], "CRDMissing")[0]
+    assert "chart cert-manager (HelmRelease cert-manager of Kustomization cert-manager)" in message
+    assert "without a dependsOn line" in message
+    # the installer waits for this one: it is never applied while this one fails
+    installer.spec["dependsOn"] = [{"name": "issuers"}]
+    assert _found([installer, issuers]) == {(*ISSUED, "error")}
+    assert "never converges" in _messages([installer, issuers], "CRDMissing")[0]
+
+
+def test_known_chart_not_awaited_names_it():
+    """Root cause 1b: a known chart in a Kustomization without wait was reported as 'nothing installs it'."""
+    kps = _ks("kps", [_release("kube-prometheus-stack", "flux-system", chart="kube-prometheus-stack",
+                               targetNamespace="monitoring", install={"createNamespace": True})])
+    rule = _obj("monitoring.coreos.com/v1", "PrometheusRule", "r", "default", {"groups": []})
+    rules = _ks("rules", [rule])
+    messages = _messages([kps, rules], "CRDMissing")
+    assert len(messages) == 1 and "kube-prometheus-stack" in messages[0]
+    assert "nothing in this repository installs it" not in messages[0]
+
+
+@pytest.mark.parametrize("group_api, kind, others, severity, words", [
+    ("source.extensions.fluxcd.io/v1beta1", "ArtifactGenerator", [], None, ""),
+    ("talos.dev/v1alpha1", "ServiceAccount", [], "warning", "Talos"),
+    ("widgets.example.com/v1", "Widget", [_release("widgets", "default", chart="widget-operator")], "warning",
+     "HelmRelease widgets"),
+    ("widgets.example.com/v1", "Widget", [_release("db", "default", chart="some-database")], "warning",
+     "one of the 1 HelmRelease(s) of charts without CRD data"),
+    ("widgets.example.com/v1", "Widget", [_release("web", "default", chart="app-template")], "error",
+     "nothing in this repository installs it"),
+])
+def test_unknown_installers_are_not_checked(group_api: str, kind: str, others: list[dict], severity: str | None,
+                                             words: str):
+    apps = _ks("apps", others)
+    user = _ks("user", [_obj(group_api, kind, "x", "default")], dependsOn=[{"name": "apps"}])
+    findings = [f for f in check_cluster([apps, user], ClusterProvides()) if f.code == "CRDMissing"]
+    assert [f.severity for f in findings] == ([severity] if severity else [])
+    if severity:
+        assert words in findings[0].message
+        assert severity != "warning" or "not checked" in findings[0].message
+
+
+def test_another_cluster_is_not_simulated():
+    """A Kustomization with spec.kubeConfig applies to a spoke: what exists there is not simulated (a warning)."""
+    spoke = _ks("configs", [_issuer()], kubeConfig={"secretRef": {"name": "spoke-kubeconfig"}})
+    assert _found([spoke]) == {(*ISSUED, "warning")}
+    assert "another cluster" in _messages([spoke], "CRDMissing")[0]
+
+
+# ---- namespaces the parent (or the cluster folder) creates ------------------------------------------------------
+
+
+def _parent_and_child(parent_objects: list[dict] | None) -> tuple[Applied, Applied]:
+    parent = Applied("cluster-apps", "flux-system", "clusters/prod/apps.yaml", "apps", {}, parent_objects)
+    child = Applied("app", "flux-system", "apps/ai/app/ks.yaml", "apps/ai/app/app", {"targetNamespace": "ai"},
+                    [_cm("app")])
+    return parent, child
+
+
+NAMESPACE_CASES = {
+    # what kustomize's namespace transformer made of a Component's `Namespace/_`: the rendered Namespace is `ai`
+    "the parent renders the namespace with the child": ([_ns("ai"), _child("app", "apps/ai/app/app")], set()),
+    "the parent renders the child only": (
+        [_child("app", "apps/ai/app/app")], {("NamespaceMissing", "ConfigMap/ai/app", "error")}),
+    "the parent did not render: not judged": (None, set()),
+}
+
+
+@pytest.mark.parametrize("parent_objects, expected", NAMESPACE_CASES.values(), ids=NAMESPACE_CASES.keys())
+def test_namespace_from_the_parent(parent_objects: list[dict] | None, expected: set):
+    parent, child = _parent_and_child(parent_objects)
+    assert _found([parent, child]) == expected
+
+
+def test_parent_of_another_cluster_folder_and_the_cluster_folder_itself():
+    parent, child = _parent_and_child([_ns("ai"), _child("app", "apps/ai/app/app")])
+    assert _found([child], outside=[parent]) == set()  # a layout whose cluster folders are kubernetes/{apps,flux}
+    # the cluster folder, applied by flux bootstrap (no Flux object in git), declares the Namespace
+    root = Applied("cluster folder clusters/prod", "flux-system", "clusters/prod", "clusters/prod", {},
+                   None, [_ns("team-a"), _child("a", "apps/a", targetNamespace="team-a")], root=True)
+    a = Applied("a", "flux-system", "clusters/prod/a.yaml", "apps/a", {"targetNamespace": "team-a"}, [_cm("a")])
+    assert _found([a], outside=[root]) == set()
+    assert _found([a]) == {("NamespaceMissing", "ConfigMap/team-a/a", "error")}
+
+
+def test_cluster_scoped_kinds_need_no_namespace():
+    crd = _obj("apiextensions.k8s.io/v1", "CustomResourceDefinition", "gadgets.example.com", spec={
+        "group": "example.com", "scope": "Cluster", "names": {"kind": "Gadget"}})
+    gadget = _obj("example.com/v1", "Gadget", "g", "nowhere")  # kustomize's `namespace:` set one: ignored by Flux
+    issuer = {**_issuer(), "metadata": {"name": "letsencrypt", "namespace": "nowhere"}}
+    crds_ks = _ks("crds", [crd], wait=True)
+    user = _ks("user", [gadget, issuer], dependsOn=[{"name": "crds"}])
+    assert {f[0] for f in _found([crds_ks, user], ClusterProvides(crds=frozenset({"cert-manager.io"})))} == set()
+
+
+# ---- objects created at run time ---------------------------------------------------------------------------------
+
+
+def _monitor(selector: dict, ns: str = "kube-system") -> dict:
+    return _obj("monitoring.coreos.com/v1", "ServiceMonitor", "sm", ns, {"selector": selector,
+                                                                         "endpoints": [{"port": "metrics"}]})
+
+
+def _service(selector: dict, ns: str = "kube-system", name: str = "svc") -> dict:
+    return _obj("v1", "Service", name, ns, {"selector": selector, "ports": [{"port": 80}]})
+
+
+def _deployment(labels: dict, ns: str = "apps") -> dict:
+    return _obj("apps/v1", "Deployment", "web", ns, {"selector": {"matchLabels": labels},
+                                                     "template": {"metadata": {"labels": labels}, "spec": {}}})
+
+
+PROVIDES = ClusterProvides(crds=frozenset({"monitoring.coreos.com", "postgresql.cnpg.io", "objectbucket.io"}))
+CILIUM = _release("cilium", "kube-system", chart="cilium")
+PG = _obj("postgresql.cnpg.io/v1", "Cluster", "pg", "db", {"instances": 1})
+
+RUNTIME_CASES = {
+    "a chart's Service": ([CILIUM, _monitor({"matchLabels": {"k8s-app": "cilium"}})],
+                          {("ServiceMonitorSelectsNothing", "ServiceMonitor/kube-system/sm", "warning")}),
+    "nothing creates it": ([_monitor({"matchLabels": {"k8s-app": "cilium"}})],
+                           {("ServiceMonitorSelectsNothing", "ServiceMonitor/kube-system/sm", "error")}),
+    "static pods": ([_service({"k8s-app": "kube-apiserver", "tier": "control-plane"})],
+                    {("ServiceSelectsNothing", "Service/kube-system/svc", "info")}),
+    "CoreDNS": ([_obj("policy/v1", "PodDisruptionBudget", "coredns", "kube-system",
+                      {"selector": {"matchLabels": {"k8s-app": "kube-dns"}}})],
+                {("PodDisruptionBudgetSelectsNothing", "PodDisruptionBudget/kube-system/coredns", "info")}),
+    "an operator's pods": ([PG, _service({"cnpg.io/cluster": "pg"}, "db")],
+                           {("ServiceSelectsNothing", "Service/db/svc", "warning")}),
+    # the repository's own workload, mistyped: a chart in the namespace does not excuse it
+    "a rendered workload's labels, one wrong": (
+        [_release("other", "apps", chart="app-template"), _deployment({"app": "web", "tier": "api"}),
+         _service({"app": "web", "tier": "apu"}, "apps")], {("ServiceSelectsNothing", "Service/apps/svc", "error")}),
+    "an operator's Secrets": (
+        [PG, _obj("objectbucket.io/v1alpha1", "ObjectBucketClaim", "bucket", "db", {}),
+         _obj("batch/v1", "CronJob", "backup", "db", {"jobTemplate": {"spec": {"template": {"spec": {"containers": [
+             {"name": "c", "envFrom": [{"secretRef": {"name": "pg-app"}}, {"secretRef": {"name": "bucket"}},
+                                       {"secretRef": {"name": "other"}}]}]}}}}})],
+        {("SecretMissing", "CronJob/db/backup", "error")}),
+}
+
+
+@pytest.mark.parametrize("objects, expected", RUNTIME_CASES.values(), ids=RUNTIME_CASES.keys())
+def test_objects_created_at_run_time(objects: list[dict], expected: set):
+    ks = _ks("infra", [_ns("apps"), _ns("db"), *objects])
+    assert {f for f in _found([ks], PROVIDES) if f[0] != "NamespaceMissing"} == expected
+    secrets = [f.message for f in check_cluster([ks], PROVIDES) if f.code == "SecretMissing"]
+    assert all("db/other" in m for m in secrets)
+
+
+@pytest.mark.parametrize("kind, selector, shown", [
+    ("ServiceMonitor", {"matchExpressions": [{"key": "app", "operator": "In", "values": ["a", "b"]}]},
+     "{app in (a,b)}"),
+    ("PodDisruptionBudget", {"matchLabels": {"x": "1"}, "matchExpressions": [
+        {"key": "tier", "operator": "NotIn", "values": ["db"]}, {"key": "canary", "operator": "DoesNotExist"}]},
+     "{x=1, tier notin (db), !canary}"),
+])
+def test_selectors_are_shown_whole(kind: str, selector: dict, shown: str):
+    """The 'selector None' bug: a ServiceMonitor selecting by matchExpressions only was shown as None."""
+    obj = _monitor(selector, "apps") if kind == "ServiceMonitor" else \
+        _obj("policy/v1", kind, "pdb", "apps", {"selector": selector})
+    ks = _ks("infra", [_ns("apps"), obj])
+    messages = [f.message for f in check_cluster([ks], PROVIDES) if f.severity == "error"]
+    assert len(messages) == 1 and f"selector {shown} " in messages[0] and "None" not in messages[0]
+
+
+def test_creators_rank_the_release_named_like_the_target():
+    found = runtime.creators([_release("a", "x", chart="c"), _release("hubble", "x", chart="cilium"),
+                              _release("floating", "", chart="c")])
+    assert found.in_namespace("x", "hubble-ui")[0] == "HelmRelease hubble"
+    assert found.in_namespace("y") == ["HelmRelease floating"]  # rendered without a namespace: may be anywhere
+
+
+# ---- through validate, on small repositories ---------------------------------------------------------------------
+
+LAYOUT = "paths:\n  clusters: clusters\nflux:\n  sourceRef:\n    kind: GitRepository\n    name: flux-system\n"
+
+
+def _flux_ks(name: str, path: str, extra: str = "") -> str:
+    return (f"apiVersion: kustomize.toolkit.fluxcd.io/v1\nkind: Kustomization\nmetadata:\n  name: {name}\n"
+            f"  namespace: flux-system\nspec:\n  interval: 1h\n  path: ./{path}\n  prune: true\n  sourceRef:\n"
+            f"    kind: GitRepository\n    name: flux-system\n{extra}")
+
+
+def _write(root: Path, files: dict[str, str]) -> Path:
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    return root
+
+
+def _validate(run_cli, root: Path) -> list[dict]:
+    result = run_cli("validate", str(root), "-o", "json")
+    assert result.exit_code in (0, 1), result.stderr
+    return json.loads(result.stdout)["findings"]
+
+
+def _mine(findings: list[dict]) -> set[tuple[str, str, str]]:
+    return {(f["code"], str(f["object"]), f["severity"]) for f in findings if f["code"] in CODES}
+
+
+def _kustomization(*resources: str, namespace: str | None = None) -> str:
+    head = "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
+    ns = f"namespace: {namespace}\n" if namespace else ""
+    return head + ns + "resources:\n" + "".join(f"  - {r}\n" for r in resources)
+
+
+ROUTE = ("apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata:\n  name: ui\nspec:\n  rules:\n"
+         "    - backendRefs:\n        - name: hubble-ui\n          port: 80\n")
+RELEASE = ("apiVersion: helm.toolkit.fluxcd.io/v2\nkind: HelmRelease\nmetadata:\n  name: cilium\nspec:\n"
+           "  interval: 1h\n  chart:\n    spec:\n      chart: cilium\n      sourceRef:\n        kind: HelmRepository\n"
+           "        name: cilium\n")
+
+
+@pytest.mark.parametrize("with_release, severity", [(True, "warning"), (False, "error")])
+def test_route_backend_created_by_a_chart(run_cli, tmp_path: Path, with_release: bool, severity: str):
+    """The route and the HelmRelease have no namespace of their own: the Kustomization's targetNamespace gives it."""
+    files = {"kubectl-triton.yaml": LAYOUT + "cluster:\n  provides:\n    crds:\n"
+             "      - group: gateway.networking.k8s.io\n        reason: test\n",
+             "clusters/prod/cilium.yaml": _flux_ks("cilium", "infra/cilium", "  targetNamespace: kube-system\n"),
+             "infra/cilium/route.yaml": ROUTE, "infra/cilium/hr.yaml": RELEASE,
+             "infra/cilium/kustomization.yaml": _kustomization("route.yaml", *(["hr.yaml"] if with_release else []))}
+    found = {(code, sev) for code, _, sev in _mine(_validate(run_cli, _write(tmp_path, files)))}
+    assert found == {("RouteBackendMissing", severity)}
+
+
+def test_cluster_folder_and_generated_paths(run_cli, tmp_path: Path):
+    """A cluster folder without kustomization.yaml (flux bootstrap applies every manifest in it) and a Flux path
+    without one (Flux generates it): the Namespaces they hold exist before the Kustomizations they declare run."""
+    files = {"kubectl-triton.yaml": LAYOUT,
+             "clusters/prod/ns.yaml": "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: team-a\n",
+             "clusters/prod/a.yaml": _flux_ks("a", "apps/a", "  targetNamespace: team-a\n"),
+             "apps/a/kustomization.yaml": _kustomization("cm.yaml"),
+             "apps/a/cm.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n"}
+    root = _write(tmp_path, files)
+    assert _mine(_validate(run_cli, root)) == set()
+    (root / "clusters/prod/ns.yaml").unlink()
+    assert _mine(_validate(run_cli, root)) == {("NamespaceMissing", "ConfigMap/team-a/a", "error")}
+
+
+# ---- the survey's repros (../shared/conformance/flux-fleets/repros) -----------------------------------------------
+
+REPRO_CASES = ["crd-artifactgenerator", "crd-chartref-unknown-chart", "crd-known-chart-not-awaited",
+               "namespace-from-parent", "cluster-folder-namespaces", "runtime-objects"]
+
+
+@pytest.mark.parametrize("name", REPRO_CASES)
+def test_survey_repros_have_no_false_errors(run_cli, tmp_path: Path, name: str):
+    source = REPROS / name
+    if not source.is_dir():
+        pytest.skip(f"{source} is not beside this checkout")
+    root = tmp_path / name
+    shutil.copytree(source, root)
+    for path in [root, *root.rglob("*")]:
+        path.chmod(path.stat().st_mode | 0o200)
+    observed = json.loads((source / "OBSERVED.json").read_text())
+    assert any(line.startswith("error ") for run in observed for line in run["findings"])  # what it was
+    findings = _validate(run_cli, root)
+    assert [f for f in findings if f["code"] in CODES and f["severity"] == "error"] == []
+    if name == "runtime-objects":
+        assert {(f["code"], f["severity"]) for f in findings if f["code"] in CODES} == {
+            ("RouteBackendMissing", "warning"), ("ServiceSelectsNothing", "info"),
+            ("ServiceMonitorSelectsNothing", "warning")}
+    if name == "crd-known-chart-not-awaited":
+        crd = [f for f in findings if f["code"] == "CRDMissing"]
+        assert crd and all("kube-prometheus-stack" in f["message"] for f in crd)
