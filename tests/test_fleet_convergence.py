@@ -290,7 +290,7 @@ PG = _obj("postgresql.cnpg.io/v1", "Cluster", "pg", "db", {"instances": 1})
 
 RUNTIME_CASES = {
     "a chart's Service": ([CILIUM, _monitor({"matchLabels": {"k8s-app": "cilium"}})],
-                          {("ServiceMonitorSelectsNothing", "ServiceMonitor/kube-system/sm", "warning")}),
+                          {("ServiceMonitorSelectsNothing", "ServiceMonitor/kube-system/sm", "info")}),
     "nothing creates it": ([_monitor({"matchLabels": {"k8s-app": "cilium"}})],
                            {("ServiceMonitorSelectsNothing", "ServiceMonitor/kube-system/sm", "error")}),
     "static pods": ([_service({"k8s-app": "kube-apiserver", "tier": "control-plane"})],
@@ -299,7 +299,7 @@ RUNTIME_CASES = {
                       {"selector": {"matchLabels": {"k8s-app": "kube-dns"}}})],
                 {("PodDisruptionBudgetSelectsNothing", "PodDisruptionBudget/kube-system/coredns", "info")}),
     "an operator's pods": ([PG, _service({"cnpg.io/cluster": "pg"}, "db")],
-                           {("ServiceSelectsNothing", "Service/db/svc", "warning")}),
+                           {("ServiceSelectsNothing", "Service/db/svc", "info")}),
     # the repository's own workload, mistyped: a chart in the namespace does not excuse it
     "a rendered workload's labels, one wrong": (
         [_release("other", "apps", chart="app-template"), _deployment({"app": "web", "tier": "api"}),
@@ -385,7 +385,7 @@ RELEASE = ("apiVersion: helm.toolkit.fluxcd.io/v2\nkind: HelmRelease\nmetadata:\
            "        name: cilium\n")
 
 
-@pytest.mark.parametrize("with_release, severity", [(True, "warning"), (False, "error")])
+@pytest.mark.parametrize("with_release, severity", [(True, "info"), (False, "error")])
 def test_route_backend_created_by_a_chart(run_cli, tmp_path: Path, with_release: bool, severity: str):
     """The route and the HelmRelease have no namespace of their own: the Kustomization's targetNamespace gives it."""
     files = {"kubectl-triton.yaml": LAYOUT + "cluster:\n  provides:\n    crds:\n"

@@ -27,6 +27,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "diff": ("diff", "What a change does to each cluster: objects added, removed, changed; rollouts."),
     "gpus": ("gpus", "GPU types in the cluster and which overlays can run there."),
     "init": ("init", "Make a folder or an existing Flux repository a kubectl-triton repository."),
+    "plan": ("plan", "KV-cache capacity and memory fit of an LLM on every GPU type."),
     "promote": ("promote", "Make a model's canary version the stable one."),
     "record-engine": ("record_engine", "Record a TensorRT-LLM engine's metadata for offline compat checks."),
     "render": ("render", "Render overlays with kustomize, as Flux would apply them."),

@@ -440,13 +440,15 @@ def _reference_findings(ks: Applied, objects: list[dict], cluster: _Cluster,
                 yield SERVICE_SELECTS_NOTHING.finding(
                     f"{text}; {runtime.not_checked(who, 'the pods')}" if who else
                     f"{text}: the Service never gets endpoints", path=ks.path, object=object_id(obj),
-                    severity="warning" if who else None)
+                    severity="info" if who else None)
         elif kind == "HorizontalPodAutoscaler":
             ref = _spec(obj).get("scaleTargetRef")
             if isinstance(ref, dict) and not cluster.has(str(ref.get("kind")), ns, str(ref.get("name"))):
+                text = f"scaleTargetRef {ref.get('kind')}/{ref.get('name')} does not exist in namespace {ns}"
+                who = _unchecked(cluster, [ns], str(ref.get("name")))
                 yield SCALE_TARGET_MISSING.finding(
-                    f"scaleTargetRef {ref.get('kind')}/{ref.get('name')} does not exist in namespace {ns}",
-                    path=ks.path, object=object_id(obj))
+                    f"{text}; {runtime.not_checked(who, 'it')}" if who else text, path=ks.path,
+                    object=object_id(obj), severity="info" if who else None)
         elif kind == "PodDisruptionBudget":
             selector = _spec(obj).get("selector")
             if not _selects_pods(selector, cluster, ns):
@@ -461,7 +463,7 @@ def _reference_findings(ks: Applied, objects: list[dict], cluster: _Cluster,
                 text = f"selector {_fmt_selector(selector)} matches no pod template in namespace {ns}"
                 yield PDB_SELECTS_NOTHING.finding(
                     f"{text}; {runtime.not_checked(who, 'the pods')}" if who else text, path=ks.path,
-                    object=object_id(obj), severity="warning" if who else None)
+                    object=object_id(obj), severity="info" if who else None)
         elif kind == "ServiceMonitor":
             yield from _service_monitor(ks, obj, cluster)
         # HTTPRoute backends (Service and port, in the clusters that apply the route): checks/manifests/routes.py
@@ -553,7 +555,7 @@ def _service_monitor(ks: Applied, obj: dict, cluster: _Cluster) -> Iterator[Find
         who = [] if ours or nsel.get("any") else _unchecked(cluster, list(namespaces), _hint(match))
         yield SERVICEMONITOR_SELECTS_NOTHING.finding(
             f"{text}; {runtime.not_checked(who, 'the Service')}" if who else f"{text}: Prometheus scrapes nothing",
-            path=ks.path, object=oid, severity="warning" if who else None)
+            path=ks.path, object=oid, severity="info" if who else None)
         return
     for endpoint in spec.get("endpoints") or []:
         port = endpoint.get("port") if isinstance(endpoint, dict) else None
@@ -582,7 +584,7 @@ def _storage_classes(provides: ClusterProvides, all_objects: Iterable[dict]) -> 
 
 
 def _wait_findings(ks: Applied, objects: list[dict], provides: ClusterProvides,
-                   storage: tuple[dict[str, Any], str | None]) -> Iterator[Finding]:
+                   storage: tuple[dict[str, Any], str | None], cluster: _Cluster) -> Iterator[Finding]:
     """`wait: true` Kustomizations: PersistentVolumeClaims that never bind with the StorageClasses `storage`
     (`_storage_classes` of the cluster)."""
     if not ks.waits:
@@ -612,9 +614,13 @@ def _wait_findings(ks: Applied, objects: list[dict], provides: ClusterProvides,
             continue
         if cls not in classes:
             if provides.storage_classes:
+                text = f"storageClassName {cls} is neither a StorageClass of this repository nor declared in " \
+                       "kubectl-triton.yaml"
+                who = cluster.creators.cluster_wide(cls)
                 yield WAIT_NEVER_HEALTHY.finding(
-                    f"storageClassName {cls} is neither a StorageClass of this repository nor declared in "
-                    f"kubectl-triton.yaml: the PVC stays Pending and {where} forever", path=ks.path, object=oid)
+                    f"{text}; {runtime.not_checked(who, 'the StorageClass')}" if who else
+                    f"{text}: the PVC stays Pending and {where} forever", path=ks.path, object=oid,
+                    severity="info" if who else None)
             continue
         can_rwx, mode = classes[cls]
         if rwx and can_rwx is False:
@@ -692,7 +698,7 @@ def check_cluster(applied: list[Applied], provides: ClusterProvides, flux_namesp
                                "another cluster (spec.kubeConfig), whose CRDs and namespaces are not simulated")
                        if ks.remote and f.severity == "error" else f for f in order)
         out.extend(_reference_findings(ks, objects, cluster, provides))
-        out.extend(_wait_findings(ks, objects, provides, storage))
+        out.extend(_wait_findings(ks, objects, provides, storage, cluster))
     return out
 
 

@@ -11,11 +11,13 @@ from pathlib import Path
 from typing import Any
 
 from kubectl_triton.checks.findings import Finding
+from kubectl_triton.checks.manifests import kvcapacity
 from kubectl_triton.checks.registry import register
 from kubectl_triton.compat.catalog import GPU, by_gfd_label, cc_tuple
 from kubectl_triton.compat.data import load
-from kubectl_triton.compat.repo_check import Placement, placements
-from kubectl_triton.errors import TritonCtlError
+from kubectl_triton.compat.repo_check import Placement, check_metadata, placements
+from kubectl_triton.compat.sizing import Sizing, read_sizing
+from kubectl_triton.errors import InputError, TritonCtlError
 from kubectl_triton.formats import yamlio
 from kubectl_triton.formats.schemas import object_id
 from kubectl_triton.gitops.model import Repository
@@ -39,6 +41,12 @@ MEMORY_FIT = register(
     "Rough memory fit: the weights at the chosen precision, split over tp x pp GPUs, leave little or no GPU memory "
     "for the KV cache.",
     "Raise tp/pp, quantize, or choose a GPU type with more memory.")
+CAPACITY_INVALID = register(
+    "CapacityConfigInvalid", "error", "model",
+    "model.yaml `capacity:` cannot be read: its Hugging Face config.json (hf_config) is missing or malformed, a key "
+    "is unknown, or the backend's settings it reads (engine:, model.json) are not numbers: the model's KV-cache "
+    "capacity is not checked.",
+    "Fix the file the message names (docs/capacity.md lists the keys).")
 RELEASE_MISMATCH = register(
     "TritonReleaseMismatch", "error", "model",
     "models/<model>/model.yaml names another Triton release than the image its overlay serves (e.g. after an image "
@@ -100,8 +108,9 @@ def _supported(table: dict[str, Any], key: str | None, cc: tuple[int, int]) -> d
     return entry if (low and cc < low) or (high and cc >= high) else None
 
 
-def check_placement(placement: Placement, model: ModelMeta | None, object_id: str) -> Iterator[Finding]:
-    """Every GPU fact of one serving Deployment."""
+def check_placement(placement: Placement, model: ModelMeta | None, object_id: str,
+                    sizing: Sizing | None = None) -> Iterator[Finding]:
+    """Every GPU fact of one serving Deployment (`sizing`: the model's KV-cache sizing, when it declares one)."""
     gpu = _gpu(placement)
     where = placement.overlay
     count = placement.gpus_per_pod
@@ -115,6 +124,8 @@ def check_placement(placement: Placement, model: ModelMeta | None, object_id: st
                 f"gpus/{gpu.key}/gpusPerNode in kubectl-triton.yaml", path=where, object=object_id)
     if model is None:
         return
+    if sizing is not None and gpu is not None:
+        yield from kvcapacity.check(sizing, gpu, where, model.path, object_id)
     meta = model.meta
     served, declared = release(placement.image), release(meta.get("image"))
     if served and declared and served != declared:
@@ -154,7 +165,8 @@ def check_placement(placement: Placement, model: ModelMeta | None, object_id: st
                 f"{field} {engine.get(field)} ({bad.get('label', key)}) needs {need}; {gpu.key} has "
                 f"{gpu.compute_capability}: the engine build fails on {where}'s GPU type", path=model.path,
                 line=_line(model.text, field), model=model.name, object=object_id)
-    yield from _memory_fit(model, engine, gpu, world, where, object_id, precisions, quant)
+    if sizing is None:  # the rough parameter-count fit, for models without a config.json to size from
+        yield from _memory_fit(model, engine, gpu, world, where, object_id, precisions, quant)
 
 
 def _memory_fit(model: ModelMeta, engine: dict[str, Any], gpu: GPU, world: int, where: str, object_id: str,
@@ -202,6 +214,17 @@ def check(root: Path, targets: list[Any]) -> list[Finding]:
     """validate's hook: every serving Deployment and LeaderWorkerSet group of every overlay."""
     models = read_models(root)
     out: list[Finding] = []
+    sizings: dict[str, Sizing | None] = {}
+    for name, model in models.items():
+        try:
+            check_metadata(model.meta, root / model.path)
+        except InputError:
+            continue  # ModelMetadataInvalid, from validate's metadata check
+        try:
+            sizings[name] = read_sizing(root, root / Path(model.path).parent, model.meta)
+        except InputError as err:
+            sizings[name] = None
+            out.append(CAPACITY_INVALID.finding(err.message, path=model.path, model=name))
     for target in targets:
         if not target.rel.startswith(f"{Repository.at(root, tolerant=True).layout.overlays}/"):
             continue
@@ -210,5 +233,5 @@ def check(root: Path, targets: list[Any]) -> list[Finding]:
         for placement in placements(target.objects, target.rel):
             workload = workloads.get(placement.deployment)
             oid = object_id(workload) if workload else f"Deployment/{placement.deployment}"
-            out.extend(check_placement(placement, models.get(placement.model), oid))
+            out.extend(check_placement(placement, models.get(placement.model), oid, sizings.get(placement.model)))
     return out

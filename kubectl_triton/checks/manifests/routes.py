@@ -16,7 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from kubectl_triton.checks.findings import ERROR, WARNING, Finding
+from kubectl_triton.checks.findings import ERROR, INFO, WARNING, Finding
 from kubectl_triton.checks.manifests import runtime
 from kubectl_triton.checks.model.base import served_versions, without_policy
 from kubectl_triton.checks.registry import Severity, register
@@ -140,7 +140,7 @@ def _check_route(root: Path, target: Any, route: dict, targets: list[Any], by_pa
             if found is None:
                 who = creators.in_namespace(key[0], key[1])
                 missing = f"rules[{i}]: backend Service {key[0]}/{key[1]} is not rendered by {where}"
-                out.append(finding(WARNING, "RouteBackendMissing", f"{missing}; {runtime.not_checked(who, 'it')}")
+                out.append(finding(INFO, "RouteBackendMissing", f"{missing}; {runtime.not_checked(who, 'it')}")
                            if who else finding(ERROR, "RouteBackendMissing", missing))
                 continue
             ports = {p.get("port") for p in (found[0].get("spec") or {}).get("ports") or []}
