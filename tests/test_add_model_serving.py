@@ -5,6 +5,7 @@ READY in one real tritonserver; the TensorRT-LLM model answers /generate with te
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -14,8 +15,10 @@ import pytest
 from kubectl_triton.adapters import kustomize
 from kubectl_triton.adapters.shadow import build_shadow, stub_path
 from kubectl_triton.checks.findings import ERROR
+from kubectl_triton.checks.manifests.vllm import vllm_version
 from kubectl_triton.checks.model.modelrepo import check_repository
 from kubectl_triton.cli import main
+from kubectl_triton.compat.data import load
 from kubectl_triton.formats import schemas, yamlio
 from kubectl_triton.gitops import repo
 from tests.conftest import REPO
@@ -25,8 +28,11 @@ tritonserver = pytest.importorskip("kubectl_triton.adapters.tritonserver")
 
 # NAME -> (add-model arguments, GPU overlays, Triton models its repository serves)
 MODELS = {
-    "chat-llm": (["--backend", "tensorrtllm", "--gpu", "h200", "--tp", "2"], ["h200", "h200-engine-build"],
+    "chat-llm": (["--backend", "tensorrtllm", "--gpu", "h200", "--tp", "2",
+                  "--hf-config", str(REPO / "models/llama3-8b/config.json")], ["h200", "h200-engine-build"],
                  ["ensemble", "preprocessing", "tensorrt_llm", "postprocessing"]),
+    "qwen-chat": (["--backend", "vllm", "--gpu", "l40s", "--tp", "2", "--max-seq-len", "16384",
+                   "--hf-config", str(REPO / "tests/fixtures/qwen2.5-7b-config.json")], ["l40s"], ["qwen_chat"]),
     "resnet": (["--backend", "onnxruntime", "--gpu", "t4", "--gpu", "l4", "--input", "input:FP32:3,224,224",
                 "--output", "probabilities:FP32:1000", "--preferred-batch-size", "8", "--max-batch-size", "16"],
                ["t4", "l4"], ["resnet"]),
@@ -105,7 +111,12 @@ def test_every_backend_loads_ready_in_one_tritonserver(scaffolded, tmp_path):
             (work / "artifacts" / "tf_ranker" / "2").mkdir(parents=True)
         models = assemble(rendered[overlay], work)
         assert sorted(p.name for p in models.iterdir()) == sorted(expected), overlay
-        build_shadow(models, shadow, keep_python=True, stubs={"tensorrtllm": str(stub_path("tensorrtllm_echo"))})
+        build_shadow(models, shadow, keep_python=True, stubs={"tensorrtllm": str(stub_path("tensorrtllm_echo")),
+                                                              "vllm": str(stub_path("vllm_args"))})
+    # the vLLM stub checks model.json against the engine arguments of the image's vLLM (24.12: vLLM 0.5.5)
+    fields = load("vllm_engine_args.yaml")["versions"][vllm_version("24.12")]["fields"]
+    (shadow / "qwen_chat" / "1" / "engine_args.json").write_text(
+        json.dumps({k: v["json_types"] for k, v in fields.items()}), encoding="utf-8")
     point_tokenizers_at(shadow, tiny_tokenizer(tmp_path / "tokenizer"))
     with tritonserver.TritonServer(shadow).start(timeout=120) as server:
         states = {m["name"]: m.get("state") for m in tritonserver.repository_index(server)}
@@ -125,6 +136,13 @@ def test_every_backend_loads_ready_in_one_tritonserver(scaffolded, tmp_path):
         result = server.request("POST", "/v2/models/vision/infer", body)
         assert [(o["name"], o["shape"]) for o in result["outputs"]] == [("PROBS", [1, 1000])]
         assert server.request("GET", "/v2/models/tf_ranker/config")["version_policy"] == {"specific": {"versions": [2]}}
+        # vLLM: the engine arguments reached the backend where it reads them, on a KIND_MODEL instance
+        received = json.loads((shadow / "qwen_chat" / "1" / "received.json").read_text())
+        assert received == {"engine_args": {"model": "/artifacts/qwen-chat/hf", "gpu_memory_utilization": 0.9,
+                                            "tensor_parallel_size": 2, "dtype": "bfloat16", "max_model_len": 16384},
+                            "instance_kind": "MODEL"}
+        answer = server.request("POST", "/v2/models/qwen_chat/generate", {"text_input": "hello vllm", "stream": False})
+        assert answer["text_output"] == "hello vllm"
 
 
 def test_generated_layout_matches_the_seed_models(scaffolded):

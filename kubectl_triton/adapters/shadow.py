@@ -32,7 +32,9 @@ from kubectl_triton.formats import pbtxt
 
 PYTHON = "python"
 ENSEMBLE = "ensemble"
-STUB_MODULES = {"generic": "generic.py", "tensorrtllm_echo": "tensorrtllm_echo.py"}
+STUB_MODULES = {"generic": "generic.py", "tensorrtllm_echo": "tensorrtllm_echo.py", "vllm_args": "vllm_args.py"}
+# Small per-version files a stubbed backend reads (the vLLM backend's engine arguments): copied into the shadow.
+VERSION_FILES = ("model.json",)
 
 
 def stub_path(name: str) -> Path:
@@ -144,6 +146,9 @@ def _shadow_model(src: Path, dest: Path, keep_python: bool, stubs: dict[str, str
         for version in versions:
             (dest / version).mkdir(parents=True, exist_ok=True)
             shutil.copyfile(stub or generic, dest / version / "model.py")
+            for name in VERSION_FILES:
+                if (src / version / name).is_file():
+                    shutil.copyfile(src / version / name, dest / version / name)
     shadow = shadow_config(config, max_instances)
     if keep_python and backend == PYTHON and stub is None:
         shadow.default_model_filename = config.default_model_filename

@@ -157,10 +157,7 @@ def kv_bytes_per_token(arch: Architecture, *, tp: int, pp: int, kv_bytes: float)
     the compressed latent, which every tp rank keeps whole) x bytes per element. With fewer KV heads than tp
     ranks each rank keeps one (the heads are replicated)."""
     layers = math.ceil(arch.num_layers / pp)
-    if arch.mla:
-        elements = arch.kv_elements_per_token_layer
-    else:
-        elements = 2 * math.ceil(arch.num_kv_heads / tp) * arch.head_dim
+    elements = arch.kv_elements_per_token_layer if arch.mla else 2 * math.ceil(arch.num_kv_heads / tp) * arch.head_dim
     return math.ceil(layers * elements * kv_bytes)
 
 

@@ -96,7 +96,7 @@ def _trtllm_fraction(model_dir: Path) -> float | None:
         params = cfg.get("parameters") or {}
         raw = (params.get("kv_cache_free_gpu_mem_fraction") or {}).get("string_value")
         try:
-            return float(raw) if raw not in (None, "") else None
+            return float(raw) if isinstance(raw, str) and raw else None
         except ValueError:
             return None  # a placeholder (${...}): the backend's default
     return None
@@ -123,7 +123,7 @@ def read_sizing(root: Path, model_dir: Path, meta: dict[str, Any]) -> Sizing | N
     hf_rel = hf_path.relative_to(root).as_posix() if hf_path.is_relative_to(root) else str(hf_path)
     arch = load_architecture(hf_path, hf_rel)
     backend = str(meta.get("backend") or "")
-    engine = meta.get("engine") if isinstance(meta.get("engine"), dict) else {}
+    engine: dict[str, Any] = meta["engine"] if isinstance(meta.get("engine"), dict) else {}
     block = None
     if backend == "vllm":
         found = _vllm_args(model_dir, root)
@@ -139,7 +139,9 @@ def read_sizing(root: Path, model_dir: Path, meta: dict[str, Any]) -> Sizing | N
             raise InputError(f"{src}: quantization {quant!r}: bytes per weight unknown; set {where}.weights")
         kv = args.get("kv_cache_dtype")
         kv = None if kv in (None, "auto") else ("fp8" if str(kv).startswith("fp8") else str(kv))
-        fraction = args.get("gpu_memory_utilization")
+        fraction = _positive(args.get("gpu_memory_utilization"), f"{src}: gpu_memory_utilization", float)
+        if fraction is not None and fraction > 1:
+            raise InputError(f"{src}: gpu_memory_utilization must be at most 1, got {fraction}")
         max_len = _positive(args.get("max_model_len"), f"{src}: max_model_len")
         block = _positive(args.get("block_size"), f"{src}: block_size")
     elif backend == "tensorrtllm":

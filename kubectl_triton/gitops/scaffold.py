@@ -25,7 +25,7 @@ from kubectl_triton.errors import InputError
 from kubectl_triton.formats import pbtxt
 from kubectl_triton.formats import yamldump as Y
 from kubectl_triton.formats.yamledit import edit_resources
-from kubectl_triton.gitops import inferencepool
+from kubectl_triton.gitops import inferencepool, scaffold_vllm
 from kubectl_triton.gitops.inferencepool import platform_picker
 from kubectl_triton.gitops.layout import confine
 from kubectl_triton.gitops.model import (
@@ -39,7 +39,7 @@ from kubectl_triton.gitops.model import (
 )
 from kubectl_triton.gitops.repo import flux_kustomizations
 
-BACKENDS = ("tensorrtllm", "onnxruntime", "pytorch", "tensorflow", "python", "ensemble")
+BACKENDS = ("tensorrtllm", "vllm", "onnxruntime", "pytorch", "tensorflow", "python", "ensemble")
 DATA_TYPES = ("BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64",
               "FP16", "FP32", "FP64", "STRING", "BF16")
 MODEL_FAMILIES = ("llama", "mistral", "qwen", "gemma", "phi3", "gpt", "falcon")  # base/engine-build
@@ -66,6 +66,7 @@ _IMAGE_TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,100}")
 _PLAIN = re.compile(r"[A-Za-z0-9/._][A-Za-z0-9/._:@+\-]*")
 
 TRITON_MODELS_ANNOTATION = "triton.kubectl.io/triton-models"
+HF_CONFIG = "config.json"  # the checkpoint's config.json in models/NAME/ (model.yaml capacity.hf_config)
 DEFAULT_LAYOUT = Layout()  # the layout without a layout file
 
 
@@ -134,6 +135,8 @@ class Options:
     frontend: str = "kserve"  # kserve (Triton's v2 HTTP/gRPC) or openai (the OpenAI-compatible frontend too)
     route: str = "none"  # none, or inferencepool: an InferencePool + HTTPRoute under overlays/NAME/route/
     gateway: str = "triton-gateway"  # [NAMESPACE/]NAME of the Gateway the route attaches to
+    vllm: scaffold_vllm.VllmOptions = field(default_factory=scaffold_vllm.VllmOptions)
+    hf_config: str | None = None  # text of the checkpoint's config.json: models/NAME/config.json + capacity:
 
 
 @dataclass(frozen=True)
@@ -303,6 +306,8 @@ def check_options(opts: Options, facts: RepoFacts) -> None:
             raise InputError(f"{option} {dup[0]!r}: given more than once")
     if opts.backend == "tensorrtllm":
         _check_llm(opts)
+    elif opts.backend == "vllm":
+        _check_vllm(opts)
     elif opts.llm != LlmOptions():
         changed = next(f for f in LlmOptions.__dataclass_fields__ if getattr(opts.llm, f) != getattr(LlmOptions(), f))
         option = "--no-streaming" if changed == "streaming" else "--" + changed.replace("_", "-")
@@ -311,7 +316,11 @@ def check_options(opts: Options, facts: RepoFacts) -> None:
         raise InputError("--step: only for --backend ensemble")
     if opts.backend == "ensemble" and not opts.steps:
         raise InputError("--step: an ensemble needs at least one step (an existing model)")
-    if opts.backend in ("tensorrtllm", "ensemble") and opts.version != 1:
+    if opts.backend != "vllm" and opts.vllm != scaffold_vllm.VllmOptions():
+        raise InputError("--gpu-memory-utilization, --kv-cache-dtype, --enforce-eager: only for --backend vllm")
+    if opts.hf_config is not None and opts.backend not in ("tensorrtllm", "vllm"):
+        raise InputError("--hf-config: only for --backend tensorrtllm or vllm (KV-cache capacity)")
+    if opts.backend in ("tensorrtllm", "ensemble", "vllm") and opts.version != 1:
         raise InputError(f"--version: {opts.backend} models have no model files to version")
     parse_artifact(opts.artifact, opts.name)
     if opts.frontend not in FRONTENDS:
@@ -338,6 +347,30 @@ def gateway_ref(gateway: str) -> tuple[str | None, str]:
     if not _DNS_LABEL.fullmatch(name) or (ns and not _DNS_LABEL.fullmatch(ns)):
         raise InputError(f"--gateway {gateway!r}: expected [NAMESPACE/]NAME of a Gateway (DNS labels)")
     return ns or None, name
+
+
+# LlmOptions fields a vLLM model uses too: --tp, --pp, --dtype, --quantization, --max-seq-len (max_model_len),
+# --hf-model (vLLM's `model`), --nodes (refused above 1)
+_VLLM_SHARED = ("tp", "pp", "dtype", "quantization", "max_seq_len", "hf_model", "nodes")
+
+
+def _check_vllm(opts: Options) -> None:
+    llm = opts.llm
+    default = LlmOptions()
+    for f in LlmOptions.__dataclass_fields__:
+        if f not in _VLLM_SHARED and getattr(llm, f) != getattr(default, f):
+            option = "--no-streaming" if f == "streaming" else "--" + f.replace("_", "-")
+            raise InputError(f"{option}: only for --backend tensorrtllm (vLLM streams when a request asks)")
+    if opts.inputs or opts.outputs:
+        raise InputError("--input/--output: a vllm model's tensors are the backend's (text_input, stream, "
+                         "sampling_parameters, exclude_input_in_output -> text_output)")
+    if opts.max_batch_size not in (None, 0) or opts.dynamic_batching or opts.preferred_batch_sizes:
+        raise InputError("--max-batch-size/--dynamic-batching: vLLM batches requests itself (max_batch_size 0)")
+    if opts.instances != 1:
+        raise InputError("--instances: one vLLM engine per pod (scale with replicas)")
+    if opts.frontend == "openai":
+        raise InputError("--frontend openai: only for --backend tensorrtllm here")
+    scaffold_vllm.check(llm.tp, llm.pp, llm.dtype, llm.quantization, opts.vllm, llm.nodes)
 
 
 def _check_llm(opts: Options) -> None:
@@ -751,7 +784,7 @@ def ensemble_config(opts: Options, members: dict[str, Member]) -> Any:
 # ---- YAML files: data dumped by ruamel.yaml (formats/yamldump), in the seed models' shape -------------
 
 def image(opts: Options) -> str:
-    flavour = "trtllm-python-py3" if opts.backend == "tensorrtllm" else "py3"
+    flavour = {"tensorrtllm": "trtllm-python-py3", "vllm": scaffold_vllm.IMAGE_FLAVOUR}.get(opts.backend, "py3")
     return f"{IMAGE_REPOSITORY}:{opts.image_tag}-{flavour}"
 
 
@@ -784,12 +817,18 @@ def model_yaml(opts: Options) -> str:
             doc["engine"]["nodes"] = llm.nodes
             doc["engine"]["gpus_per_node"] = gpus_per_node(opts)
             Y.comment(doc["engine"], "nodes", "Served by a LeaderWorkerSet group: tp x pp = nodes x gpus_per_node.", 2)
+    elif opts.backend == "vllm":
+        header = "kubectl-triton model metadata; the vLLM engine arguments are in the Triton model's 1/model.json."
+    if opts.hf_config is not None:
+        doc["capacity"] = Y.mapping(hf_config=HF_CONFIG)
+        Y.comment(doc, "capacity", "KV-cache capacity per GPU overlay (docs/capacity.md): validate and "
+                  "`kubectl triton plan` read the checkpoint's config.json.", 0)
     return Y.dumps(doc, header)
 
 
 def deployment_patch(opts: Options, triton_models: list[str]) -> str:
     """overlays/NAME/model/deployment.yaml: the strategic-merge patch of the base Deployment."""
-    llm = opts.backend == "tensorrtllm"
+    llm = opts.backend in ("tensorrtllm", "vllm")
     shm = "16Gi" if llm else "2Gi" if opts.backend in ("python", "ensemble") else "1Gi"
     img = image(opts)
     annotations = Y.mapping([(TRITON_MODELS_ANNOTATION, ",".join(sorted(triton_models)))])
@@ -887,7 +926,7 @@ def serving_kustomization(opts: Options, gpu: str, layout: Layout = DEFAULT_LAYO
     if opts.autoscaler == "keda":
         doc["replacements"] = Y.seq([Y.mapping(path=ref(layout.shared_component("autoscaling/keda")) +
                                                "/replacements.yaml")])
-    world = opts.llm.tp * opts.llm.pp if opts.backend == "tensorrtllm" else 1
+    world = opts.llm.tp * opts.llm.pp if opts.backend in ("tensorrtllm", "vllm") else 1
     patches = Y.seq()
     if opts.route == "inferencepool":
         # The pool's endpoint pickers (same namespace) read Triton's metrics port; the base admits only monitoring.
@@ -1015,6 +1054,16 @@ def model_files(opts: Options, facts: RepoFacts) -> dict[str, str]:
             if model in ("preprocessing", "postprocessing"):  # llama3-8b's model.py, as .tmpl: not linted
                 files[f"{model}/1/model.py"] = _template(f"tensorrtllm_{model}.py.tmpl")
         return files
+    if opts.backend == "vllm":
+        name = triton_name(opts.name)
+        path = opts.llm.hf_model or f"/artifacts/{parse_artifact(opts.artifact, opts.name)['path']}/hf"
+        files[f"{name}/config.pbtxt"] = _dump(scaffold_vllm.config(name, _schema()),
+                                              f"vLLM backend: the engine arguments are in {opts.version}/"
+                                              f"{scaffold_vllm.MODEL_JSON}; weights from {path}.")
+        files[f"{name}/{opts.version}/{scaffold_vllm.MODEL_JSON}"] = scaffold_vllm.model_json(
+            scaffold_vllm.engine_args(path, opts.llm.tp, opts.llm.pp, opts.llm.dtype, opts.llm.quantization,
+                                      opts.llm.max_seq_len, opts.vllm))
+        return files
     if opts.backend == "ensemble":
         config = ensemble_config(opts, facts.members)
         chain = " -> ".join(f"{s.model_name}" for s in config.ensemble_scheduling.step)
@@ -1051,6 +1100,8 @@ def render(opts: Options, facts: RepoFacts) -> dict[str, str]:
     mdir = layout.model_dir(name)
     files = {f"{mdir}/{rel}": text for rel, text in inner.items()}
     files[f"{mdir}/{MODEL_METADATA}"] = model_yaml(opts)
+    if opts.hf_config is not None:
+        files[f"{mdir}/{HF_CONFIG}"] = opts.hf_config
     component = layout.overlay_dir(name, MODEL_COMPONENT)
     files[f"{component}/kustomization.yaml"] = component_kustomization(opts, list(inner), layout)
     triton_models = {rel.split("/", 1)[0] for rel in inner if rel.endswith("/config.pbtxt")}
@@ -1074,7 +1125,8 @@ def render(opts: Options, facts: RepoFacts) -> dict[str, str]:
             entries.append(f"{build}.yaml")
             depends = (build,)
         files[f"{flux_dir}/{name}-{gpu}.yaml"] = flux_kustomization(
-            f"{name}-{gpu}", layout.overlay_dir(name, gpu), timeout="30m" if depends else "15m", depends=depends,
+            f"{name}-{gpu}", layout.overlay_dir(name, gpu),
+            timeout="30m" if depends or opts.backend == "vllm" else "15m", depends=depends,
             layout=layout)
         entries.append(f"{name}-{gpu}.yaml")
     if opts.route == "inferencepool":

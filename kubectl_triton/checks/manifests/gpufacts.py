@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from kubectl_triton.checks.findings import Finding
-from kubectl_triton.checks.manifests import kvcapacity
+from kubectl_triton.checks.manifests import kvcapacity, vllm
 from kubectl_triton.checks.registry import register
 from kubectl_triton.compat.catalog import GPU, by_gfd_label, cc_tuple
 from kubectl_triton.compat.data import load
@@ -233,5 +233,11 @@ def check(root: Path, targets: list[Any]) -> list[Finding]:
         for placement in placements(target.objects, target.rel):
             workload = workloads.get(placement.deployment)
             oid = object_id(workload) if workload else f"Deployment/{placement.deployment}"
-            out.extend(check_placement(placement, models.get(placement.model), oid, sizings.get(placement.model)))
+            served = models.get(placement.model)
+            sizing = sizings.get(placement.model)
+            out.extend(check_placement(placement, served, oid, sizing))
+            if served is not None and served.meta.get("backend") == "vllm":
+                out.extend(vllm.check(root, root / Path(served.path).parent, release(placement.image),
+                                      placement.gpus_per_pod, sizing.arch if sizing else None, placement.overlay,
+                                      oid, served.name))
     return out

@@ -49,18 +49,19 @@ def check(sizing: Sizing, gpu: GPU, where: str, path: str, object_id: str) -> It
     at_max = sizing.plan(gpu, sizing.max_seq_len)
     best = sizing.plan(gpu, sizing.max_seq_len, reserve_mib=LOWEST_RESERVE_MIB)
     shape = f"{sizing.model} ({sizing.backend}, tp {sizing.tp} x pp {sizing.pp}, {at_max.weights} weights)"
-    where_to = dict(path=path, model=sizing.model, object=object_id)
     if best.status == "no-memory":
         yield KV_CACHE_DOES_NOT_FIT.finding(
             f"{shape} on {gpu.key}: {_gib(best.weights_bytes)} of weights per GPU leave no KV cache in "
             f"{gpu.memory_mib:,} MiB at {best.memory_fraction:g} of its memory, even with a "
-            f"{LOWEST_RESERVE_MIB} MiB runtime reserve: the server does not start on {where}", **where_to)
+            f"{LOWEST_RESERVE_MIB} MiB runtime reserve: the server does not start on {where}", path=path,
+            model=sizing.model, object=object_id)
         return
     if best.status == "short" and sizing.backend == "vllm":
         yield KV_CACHE_DOES_NOT_FIT.finding(
             f"{shape} on {gpu.key}: even with a {LOWEST_RESERVE_MIB} MiB runtime reserve the KV cache holds at most "
             f"{best.kv_tokens:,} tokens, less than one sequence of max_model_len {sizing.max_seq_len:,}: vLLM "
-            f"refuses to start on {where}", **where_to)
+            f"refuses to start on {where}", path=path, model=sizing.model,
+            object=object_id)
         return
     if at_max.status != "fits":
         effect = ("vLLM may refuse to start" if sizing.backend == "vllm" else
@@ -69,7 +70,8 @@ def check(sizing: Sizing, gpu: GPU, where: str, path: str, object_id: str) -> It
         yield KV_CACHE_LOW.finding(
             f"{shape} on {gpu.key}: with the {at_max.reserve_bytes // 2**20:,} MiB runtime reserve the KV cache "
             f"holds about {at_max.kv_tokens:,} tokens, less than one sequence of {sizing.max_seq_len:,} "
-            f"(an estimate): {effect} on {where}", **where_to)
+            f"(an estimate): {effect} on {where}", path=path, model=sizing.model,
+            object=object_id)
         return
     minimum = sizing.min_concurrent_sequences
     if minimum is None:
@@ -79,4 +81,5 @@ def check(sizing: Sizing, gpu: GPU, where: str, path: str, object_id: str) -> It
         yield KV_CACHE_LOW.finding(
             f"{shape} on {gpu.key}: the KV cache holds about {plan.kv_tokens:,} tokens, "
             f"{plan.concurrent_sequences} sequence(s) of {plan.sequence_len:,} at once, fewer than "
-            f"min_concurrent_sequences {minimum} on {where}", **where_to)
+            f"min_concurrent_sequences {minimum} on {where}", path=path, model=sizing.model,
+            object=object_id)

@@ -83,7 +83,8 @@ class Creators:
     def cluster_wide(self, hint: str = "") -> list[str]:
         """Who may create cluster-scoped objects (a StorageClass, say) at run time: every HelmRelease of the cluster,
         the likeliest first, and the operators known to write such objects are not tracked."""
-        releases = sorted({r for names in self.releases.values() for r in names}, key=lambda r: (not _related(r, hint), r))
+        releases = sorted({r for names in self.releases.values() for r in names},
+                          key=lambda r: (not _related(r, hint), r))
         return [f"HelmRelease {r}" for r in releases]
 
     def writes(self, kind: str, ns: str | None, name: str) -> bool:

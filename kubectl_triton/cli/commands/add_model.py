@@ -25,8 +25,19 @@ from kubectl_triton.gitops.scaffold import (
     plan,
     read_facts,
 )
+from kubectl_triton.gitops.scaffold_vllm import VllmOptions
 
 _LLM = "TensorRT-LLM (--backend tensorrtllm): "
+
+
+def _hf_config(path: Path | None) -> str | None:
+    """The text of --hf-config, checked to be a config.json the capacity estimate reads (InputError naming it)."""
+    if path is None:
+        return None
+    from kubectl_triton.compat.hfconfig import load_architecture
+
+    load_architecture(path)
+    return path.read_text(encoding="utf-8")
 
 
 @click.command("add-model")
@@ -80,6 +91,13 @@ _LLM = "TensorRT-LLM (--backend tensorrtllm): "
               help=", ".join(SCHEDULER_POLICIES) + ".")
 @click.option("--streaming/--no-streaming", default=True, show_default=True,
               help=_LLM + "decoupled tensorrt_llm model and a `stream` input.")
+@click.option("--gpu-memory-utilization", type=float, default=0.9, show_default=True,
+              help="vllm: share of each GPU's memory vLLM takes (weights, activations, KV cache).")
+@click.option("--kv-cache-dtype", help="vllm: KV-cache precision (auto, fp8, ...; default auto).")
+@click.option("--enforce-eager", is_flag=True, help="vllm: no CUDA graphs (less memory, slower decoding).")
+@click.option("--hf-config", type=click.Path(path_type=Path),
+              help="tensorrtllm, vllm: the checkpoint's config.json, copied to models/NAME/ so that validate and "
+                   "`kubectl triton plan` size the KV cache (docs/capacity.md).")
 @click.option("--autoscaler", type=click.Choice(["hpa", "keda"]), default="hpa", show_default=True,
               help="hpa: HorizontalPodAutoscaler on the queue-to-compute ratio; keda: KEDA, scaling to zero.")
 @click.option("--dry-run", is_flag=True, help="Print the files it would write; write nothing.")
@@ -93,7 +111,8 @@ def command(name: str, backend: str, gpus: tuple[str, ...], cluster: str | None,
             tokenizer_dir: str | None, engine_dir: str | None, tp: int, pp: int, dtype: str, quantization: str,
             max_input_len: int, max_seq_len: int, max_num_tokens: int, kv_cache_free_gpu_mem_fraction: float,
             batch_scheduler_policy: str, streaming: bool, autoscaler: str, nodes: int, gpus_per_node: int | None,
-            frontend: str, route: str, gateway: str, dry_run: bool, force: bool,
+            frontend: str, route: str, gateway: str, gpu_memory_utilization: float, kv_cache_dtype: str | None,
+            enforce_eager: bool, hf_config: Path | None, dry_run: bool, force: bool,
             repo_dir: Path | None) -> None:
     """Scaffold model NAME: models/NAME/ (config.pbtxt, model.yaml), overlays/NAME/ (one overlay per --gpu,
     plus the engine build for tensorrtllm) and its Flux Kustomizations, registered in
@@ -112,7 +131,9 @@ def command(name: str, backend: str, gpus: tuple[str, ...], cluster: str | None,
                    inputs=tuple(parse_tensor(t, "--input") for t in inputs),
                    outputs=tuple(parse_tensor(t, "--output") for t in outputs), image_tag=image_tag, llm=llm,
                    steps=tuple(parse_step(s) for s in steps), autoscaler=autoscaler, frontend=frontend, route=route,
-                   gateway=gateway)
+                   gateway=gateway, vllm=VllmOptions(gpu_memory_utilization=gpu_memory_utilization,
+                                                     kv_cache_dtype=kv_cache_dtype, enforce_eager=enforce_eager),
+                   hf_config=_hf_config(hf_config))
     facts = read_facts(root, opts, cluster)
     # A GPU type of the catalog or of kubectl-triton.yaml without a Component yet: its Component is written too.
     components = {rel: text for gpu in opts.gpus if gpu not in facts.gpus and gpu in catalog.gpus()

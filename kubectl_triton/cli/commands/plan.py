@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -48,8 +49,8 @@ def command(ctx: click.Context, model: str | None, hf_config: Path | None, backe
     none does, 2 on bad input. docs/capacity.md has the formulas and their error on real logs.
     """
     output = output_format(ctx, output, FORMATS)
-    from kubectl_triton.compat.catalog import GPU, gpus, resolve
     from kubectl_triton.compat.capacity import CapacityPlan
+    from kubectl_triton.compat.catalog import GPU, gpus, resolve
     from kubectl_triton.compat.hfconfig import load_architecture
     from kubectl_triton.compat.sizing import Sizing, read_sizing
     from kubectl_triton.gitops.model import Repository
@@ -86,7 +87,7 @@ def command(ctx: click.Context, model: str | None, hf_config: Path | None, backe
                         tp=1, pp=1, dtype=arch.torch_dtype if arch.torch_dtype in ("float16", "bfloat16")
                         else "bfloat16", weights=None, kv_cache_dtype=None, memory_fraction=None,
                         max_seq_len=longest, sequence_len=longest, min_concurrent_sequences=None)
-    overrides = {k: v for k, v in (("backend", backend), ("tp", tp), ("pp", pp), ("dtype", dtype),
+    overrides: dict[str, Any] = {k: v for k, v in (("backend", backend), ("tp", tp), ("pp", pp), ("dtype", dtype),
                                    ("weights", weights), ("kv_cache_dtype", kv_cache_dtype),
                                    ("memory_fraction", memory_fraction), ("max_seq_len", max_seq_len),
                                    ("sequence_len", sequence_len)) if v is not None}
