@@ -13,12 +13,14 @@ import numpy as np
 import pytest
 
 from kubectl_triton.adapters.shadow import build_shadow, stub_path
+from kubectl_triton.checks.manifests.vllm import vllm_version
+from kubectl_triton.compat.data import load
 from kubectl_triton.formats import pbtxt
 from tests.conftest import REPO
 
 tritonserver = pytest.importorskip("kubectl_triton.adapters.tritonserver")
 SERVING = ["overlays/llama3-8b/h100-80gb", "overlays/image-classifier/t4", "overlays/image-classifier/l4",
-           "overlays/text-embedder/a10g", "overlays/ensemble-pipeline/l4"]
+           "overlays/text-embedder/a10g", "overlays/ensemble-pipeline/l4", "overlays/qwen25-7b/l40s"]
 
 
 def assemble(docs: list[dict], workdir: Path) -> Path:
@@ -67,9 +69,10 @@ def test_assembled_repository_holds_every_model_of_the_overlay(rendered, tmp_pat
     assert sorted(p.parent.name for p in models.glob("*/config.pbtxt")) == expected
     for model_dir in models.iterdir():
         assert any(p.name.isdigit() for p in model_dir.iterdir()), f"{model_dir.name} has no version folder"
-    # Files arrive byte-for-byte as committed in models/.
+    # Files of the Triton models arrive byte-for-byte as committed in models/ (model.yaml and the checkpoint's
+    # config.json, beside them, are metadata: they stay in git).
     for path in (REPO / "models" / name).rglob("*"):
-        if path.is_file() and path.name != "model.yaml":
+        if path.is_file() and path.parent != REPO / "models" / name:
             rel = path.relative_to(REPO / "models" / name)
             assert (models / rel).read_bytes() == path.read_bytes()
 
@@ -129,3 +132,20 @@ def test_llama3_text_pipeline_answers_generate(install, rendered, tmp_path):
         assert config["model_transaction_policy"]["decoupled"] is True
         assert json.dumps(config["parameters"]["gpt_model_type"]) == json.dumps(
             {"string_value": "inflight_fused_batching"})
+
+
+def test_vllm_model_loads_with_the_engine_arguments_its_image_accepts(install, rendered, tmp_path):
+    """qwen25-7b: the vLLM backend replaced by the stub that checks its engine arguments (those of the image's
+    vLLM, from the bundled data) loads READY, received model.json from where the backend reads it, and streams."""
+    shadow = tmp_path / "shadow"
+    build_shadow(assemble(rendered["overlays/qwen25-7b/l40s"], tmp_path), shadow,
+                 stubs={"vllm": str(stub_path("vllm_args"))})
+    fields = load("vllm_engine_args.yaml")["versions"][vllm_version("24.12")]["fields"]
+    (shadow / "qwen25_7b" / "1" / "engine_args.json").write_text(
+        json.dumps({k: v["json_types"] for k, v in fields.items()}))
+    with _serve(install, shadow) as server:
+        assert _states(server) == {"qwen25_7b": "READY"}, server.log[-3000:]
+        received = json.loads((shadow / "qwen25_7b" / "1" / "received.json").read_text())
+        assert received["engine_args"] == json.loads((REPO / "models/qwen25-7b/qwen25_7b/1/model.json").read_text())
+        answer = server.request("POST", "/v2/models/qwen25_7b/generate", {"text_input": "hello l40s"})
+        assert answer["text_output"] == "hello l40s"

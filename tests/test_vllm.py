@@ -43,6 +43,21 @@ def _drop_args(root: Path) -> None:
     kfile.write_text("".join(line for line in kfile.read_text().splitlines(keepends=True) if "model.json" not in line))
 
 
+def _edit_config(root: Path, old: str, new: str) -> None:
+    path = root / "models/qwen/qwen/config.pbtxt"
+    text = path.read_text()
+    assert old in text
+    path.write_text(text.replace(old, new))
+
+
+def _two_gpus(root: Path) -> None:
+    """The serving overlay asks for two GPUs, as add-model --tp 2 writes it."""
+    kfile = root / "overlays/qwen/l40s/kustomization.yaml"
+    kfile.write_text(kfile.read_text() + "patches:\n  - target:\n      kind: Deployment\n    patch: |\n"
+                     "      - op: replace\n        path: /spec/template/spec/containers/0/resources/limits/"
+                     "nvidia.com~1gpu\n        value: 2\n")
+
+
 def _findings(run_cli, root: Path) -> set[tuple[str, str]]:
     doc = json.loads(run_cli("validate", str(root), "-o", "json").stdout)
     return {(f["code"], f["severity"]) for f in doc["findings"] if f.get("model") == "qwen"}
@@ -68,6 +83,10 @@ MUTATIONS: dict[str, tuple[Callable[[Path], None], set[tuple[str, str]]]] = {
                                     {("VllmParallelismMismatch", "error")}),
     "max_model_len beyond the context": (_edit_args(lambda a: a.update(max_model_len=65536)),
                                          {("VllmMaxModelLenTooLong", "error")}),
+    "not decoupled": (lambda root: _edit_config(root, "  decoupled: true\n", "  decoupled: false\n"),
+                      {("VllmConfigRefused", "error")}),
+    "KIND_GPU for two GPUs": (lambda root: (_edit_config(root, "KIND_MODEL", "KIND_GPU"), _edit_args(
+        lambda a: a.update(tensor_parallel_size=2))(root), _two_gpus(root)), {("VllmConfigRefused", "error")}),
     "memory share out of range": (_edit_args(lambda a: a.update(gpu_memory_utilization=1.5)),
                                   {("CapacityConfigInvalid", "error")}),
     # 0.3 of an L40S holds the 14 GiB of weights but no KV cache: vLLM would not start

@@ -821,8 +821,8 @@ def model_yaml(opts: Options) -> str:
         header = "kubectl-triton model metadata; the vLLM engine arguments are in the Triton model's 1/model.json."
     if opts.hf_config is not None:
         doc["capacity"] = Y.mapping(hf_config=HF_CONFIG)
-        Y.comment(doc, "capacity", "KV-cache capacity per GPU overlay (docs/capacity.md): validate and "
-                  "`kubectl triton plan` read the checkpoint's config.json.", 0)
+        Y.comment(doc, "capacity", "KV-cache capacity per GPU overlay (docs/capacity.md): validate and `kubectl triton "
+                  "plan`\nread the checkpoint's config.json; add sequence_len and min_concurrent_sequences.", 0)
     return Y.dumps(doc, header)
 
 

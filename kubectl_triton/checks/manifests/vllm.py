@@ -34,6 +34,14 @@ MAX_MODEL_LEN = register(
     "model.json's max_model_len exceeds the model's context length (max_position_embeddings of its config.json): "
     "vLLM refuses to start (\"User-specified max_model_len is greater than the derived max_model_len\").",
     "Lower max_model_len to the model's context length (or configure rope scaling in the checkpoint).")
+CONFIG_REFUSED = register(
+    "VllmConfigRefused", "error", "overlay",
+    "The vLLM model's config.pbtxt is one the backend refuses when it loads: without the decoupled transaction "
+    "policy (\"vLLM Triton backend must be configured to use decoupled model transaction policy\"), or with "
+    "KIND_GPU instances for a model of more than one GPU (\"KIND_GPU is currently for single-GPU models, please "
+    "specify KIND_MODEL\").",
+    "Set model_transaction_policy { decoupled: true } and instance_group [{ kind: KIND_MODEL }] (add-model "
+    "writes both).")
 NOT_CHECKED = register(
     "VllmEngineArgsNotChecked", "info", "overlay",
     "The engine arguments of the image's vLLM version are not in the bundled data, so model.json is checked only "
@@ -85,18 +93,32 @@ def argument_problems(args: Any, fields: dict[str, Any] | None) -> list[str]:
     return out
 
 
-def vllm_models(model_dir: Path) -> list[tuple[str, list[str]]]:
-    """(Triton model folder name, its version folders) of the vllm-backend models in `model_dir`."""
+def vllm_models(model_dir: Path) -> list[tuple[str, list[str], dict[str, Any]]]:
+    """(Triton model folder name, its version folders, its parsed config) of the vllm-backend models in
+    `model_dir`."""
     out = []
     for config in sorted(model_dir.glob("*/config.pbtxt")):
         try:
             text = config.read_text(encoding="utf-8")
-            if "vllm" not in text or pbtxt.to_dict(pbtxt.parse(text, str(config))).get("backend") != "vllm":
-                continue
+            parsed = pbtxt.to_dict(pbtxt.parse(text, str(config))) if "vllm" in text else {}
         except (OSError, UnicodeDecodeError, pbtxt.PbtxtError):
             continue  # the model checks report an unreadable config
+        if parsed.get("backend") != "vllm":
+            continue
         versions = sorted(p.name for p in config.parent.iterdir() if p.is_dir() and p.name.isdigit())
-        out.append((config.parent.name, versions or ["1"]))
+        out.append((config.parent.name, versions or ["1"], parsed))
+    return out
+
+
+def config_problems(config: dict[str, Any], world: int) -> list[str]:
+    """What the vLLM backend refuses in a parsed config.pbtxt, for a model of `world` GPUs."""
+    out = []
+    if not (config.get("model_transaction_policy") or {}).get("decoupled"):
+        out.append("no decoupled transaction policy: the backend asserts model_transaction_policy { decoupled: true }")
+    kinds = {str(g.get("kind") or "KIND_GPU") for g in config.get("instance_group") or [{}]}
+    if world > 1 and ("KIND_GPU" in kinds or "KIND_AUTO" in kinds):
+        out.append(f"KIND_GPU instances for tensor_parallel_size x pipeline_parallel_size = {world}: the backend "
+                   "refuses them (\"KIND_GPU is currently for single-GPU models\"); use KIND_MODEL")
     return out
 
 
@@ -106,7 +128,7 @@ def check(root: Path, model_dir: Path, release: str | None, gpus_per_pod: int | 
     version = vllm_version(release)
     data = (load("vllm_engine_args.yaml").get("versions") or {}).get(version) if version else None
     fields = data.get("fields") if isinstance(data, dict) else None
-    for name, versions in vllm_models(model_dir):
+    for name, versions, config in vllm_models(model_dir):
         if fields is None:
             yield NOT_CHECKED.finding(
                 f"{name}: the image of {where} (Triton {release or 'unknown'}, vLLM {version or 'unknown'}) has no "
@@ -131,6 +153,10 @@ def check(root: Path, model_dir: Path, release: str | None, gpus_per_pod: int | 
             if not isinstance(args, dict):
                 continue
             tp, pp = args.get("tensor_parallel_size", 1), args.get("pipeline_parallel_size", 1)
+            world = tp * pp if isinstance(tp, int) and isinstance(pp, int) else 1
+            for problem in config_problems(config, world):
+                yield CONFIG_REFUSED.finding(f"{name}: {problem}", path=f"{model_dir.relative_to(root).as_posix()}/"
+                                             f"{name}/config.pbtxt", model=model, object=object_id)
             if isinstance(tp, int) and isinstance(pp, int) and gpus_per_pod is not None and tp * pp != gpus_per_pod:
                 effect = "vLLM cannot start its workers" if gpus_per_pod < tp * pp else "the extra GPUs stay idle"
                 yield PARALLELISM.finding(
