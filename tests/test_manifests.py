@@ -113,7 +113,7 @@ def test_flux_kustomizations_wait_and_outlast_the_progress_deadline(rendered):
     cluster = rendered["clusters/production"]
     flux = {o["metadata"]["name"]: o for o in cluster if o["kind"] == "Kustomization"}
     model_ks = [k for k in flux.values() if k["spec"]["path"].startswith("./overlays/")]
-    assert len(model_ks) == 7
+    assert len(model_ks) == 8
     for ks in model_ks:
         spec = ks["spec"]
         assert spec["prune"] and spec["wait"]
