@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from kubectl_triton.checks.findings import Finding
+from kubectl_triton.checks.findings import ERROR, WARNING, Finding
 from kubectl_triton.checks.registry import register
 from kubectl_triton.compat.data import load
 from kubectl_triton.compat.hfconfig import Architecture
@@ -71,25 +71,31 @@ def _type_ok(value: Any, types: list[str]) -> bool:
     return False
 
 
-def argument_problems(args: Any, fields: dict[str, Any] | None) -> list[str]:
-    """What the vLLM of `fields` (None: unknown version) would refuse in the parsed model.json `args`."""
+def argument_problems(args: Any, fields: dict[str, Any] | None) -> list[tuple[str, str]]:
+    """(severity, message) of what the vLLM of `fields` (None: unknown version) makes of the parsed model.json
+    `args`: an error where the model does not load, a warning where it loads but not as written (EngineArgs is a
+    plain dataclass: a boolean given as a string is taken as true whatever it says)."""
     if not isinstance(args, dict):
-        return [f"must be a JSON object of engine arguments, got {type(args).__name__}"]
+        return [(ERROR, f"must be a JSON object of engine arguments, got {type(args).__name__}")]
     out = []
     if not isinstance(args.get("model"), str) or not args.get("model"):
-        out.append("no `model` (the checkpoint's path or name)")
+        out.append((ERROR, "no `model` (the checkpoint's path or name)"))
     if fields is None:
         return out
     for key, value in args.items():
         spec = fields.get(key)
         if spec is None:
-            out.append(f"{key!r} is no engine argument of this vLLM (AsyncEngineArgs raises TypeError)")
+            out.append((ERROR, f"{key!r} is no engine argument of this vLLM (AsyncEngineArgs raises TypeError)"))
             continue
         types = list(spec.get("json_types") or [])
         if types and not _type_ok(value, types):
-            out.append(f"{key}: {json.dumps(value)} is not {' or '.join(types)}")
+            if "boolean" in types and isinstance(value, str):
+                out.append((WARNING, f"{key}: {json.dumps(value)} is a string: vLLM takes any non-empty string as "
+                                     "true; write true or false"))
+            else:
+                out.append((ERROR, f"{key}: {json.dumps(value)} is not {' or '.join(types)}"))
         elif spec.get("choices") and value not in spec["choices"] and value is not None:
-            out.append(f"{key}: {json.dumps(value)} is not one of {', '.join(map(str, spec['choices']))}")
+            out.append((ERROR, f"{key}: {json.dumps(value)} is not one of {', '.join(map(str, spec['choices']))}"))
     return out
 
 
@@ -147,9 +153,9 @@ def check(root: Path, model_dir: Path, release: str | None, gpus_per_pod: int | 
             except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
                 yield ENGINE_ARGS_INVALID.finding(f"not valid JSON: {err}", path=rel, model=model, object=object_id)
                 continue
-            for problem in argument_problems(args, fields):
+            for severity, problem in argument_problems(args, fields):
                 yield ENGINE_ARGS_INVALID.finding(f"{problem} (vLLM {version}, the image of {where})", path=rel,
-                                                  model=model, object=object_id)
+                                                  model=model, object=object_id, severity=severity)
             if not isinstance(args, dict):
                 continue
             tp, pp = args.get("tensor_parallel_size", 1), args.get("pipeline_parallel_size", 1)

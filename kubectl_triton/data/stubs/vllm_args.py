@@ -53,7 +53,7 @@ class TritonPythonModel:
             for key, value in engine.items():
                 if key not in schema:
                     raise TypeError(f"__init__() got an unexpected keyword argument '{key}'")
-                if not _matches(value, schema[key]):
+                if not _matches(value, schema[key]) and not ("boolean" in schema[key] and isinstance(value, str)):
                     raise TypeError(f"engine argument {key}={value!r} is not {' or '.join(schema[key])}")
         with open(os.path.join(folder, "received.json"), "w") as handle:
             json.dump({"engine_args": engine, "instance_kind": args.get("model_instance_kind")}, handle)
