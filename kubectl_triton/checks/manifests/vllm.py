@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from kubectl_triton.checks.findings import ERROR, WARNING, Finding
-from kubectl_triton.checks.registry import register
+from kubectl_triton.checks.registry import Severity, register
 from kubectl_triton.compat.data import load
 from kubectl_triton.compat.hfconfig import Architecture
 from kubectl_triton.formats import pbtxt
@@ -71,13 +71,13 @@ def _type_ok(value: Any, types: list[str]) -> bool:
     return False
 
 
-def argument_problems(args: Any, fields: dict[str, Any] | None) -> list[tuple[str, str]]:
+def argument_problems(args: Any, fields: dict[str, Any] | None) -> list[tuple[Severity, str]]:
     """(severity, message) of what the vLLM of `fields` (None: unknown version) makes of the parsed model.json
     `args`: an error where the model does not load, a warning where it loads but not as written (EngineArgs is a
     plain dataclass: a boolean given as a string is taken as true whatever it says)."""
     if not isinstance(args, dict):
         return [(ERROR, f"must be a JSON object of engine arguments, got {type(args).__name__}")]
-    out = []
+    out: list[tuple[Severity, str]] = []
     if not isinstance(args.get("model"), str) or not args.get("model"):
         out.append((ERROR, "no `model` (the checkpoint's path or name)"))
     if fields is None:
