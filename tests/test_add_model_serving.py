@@ -140,7 +140,7 @@ def test_every_backend_loads_ready_in_one_tritonserver(scaffolded, tmp_path):
         received = json.loads((shadow / "qwen_chat" / "1" / "received.json").read_text())
         assert received == {"engine_args": {"model": "/artifacts/qwen-chat/hf", "gpu_memory_utilization": 0.9,
                                             "tensor_parallel_size": 2, "dtype": "bfloat16", "max_model_len": 16384},
-                            "instance_kind": "MODEL"}
+                            "instance_kind": "MODEL", "loras": None}
         answer = server.request("POST", "/v2/models/qwen_chat/generate", {"text_input": "hello vllm", "stream": False})
         assert answer["text_output"] == "hello vllm"
 

@@ -7,7 +7,7 @@ release tag (`git --git-dir=vllm.git show v0.5.5:vllm/engine/arg_utils.py > arg_
 of that version (`pip download --no-deps vllm==0.5.5`, then `unzip` vllm/engine/arg_utils.py); the wheel is built
 from the tag, and the sha256 written next to the fields identifies the file.
 
-    python tools/vllm_engine_args.py --arg-utils arg_utils.py --version 0.5.5 \
+    python tools/vllm_engine_args.py --arg-utils arg_utils.py --config config.py --version 0.5.5 \
         --obtained-from "PyPI wheel vllm-0.5.5-cp38-abi3-manylinux1_x86_64.whl" \
         --output kubectl_triton/data/vllm_engine_args.yaml
 
@@ -132,12 +132,28 @@ def fields(source: str) -> CommentedMap:
     return out
 
 
+def lora_limits(source: str) -> dict[str, Any]:
+    """LoRAConfig.__post_init__'s literal tuples: the max_lora_rank and lora_extra_vocab_size values vLLM accepts
+    (any other value: ValueError at engine start)."""
+    names = {"possible_max_ranks": "max_lora_ranks", "possible_lora_extra_vocab_size": "lora_extra_vocab_sizes"}
+    out: dict[str, Any] = {}
+    for cls in (n for n in ast.parse(source).body if isinstance(n, ast.ClassDef) and n.name == "LoRAConfig"):
+        for node in ast.walk(cls):
+            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) \
+                    and node.targets[0].id in names:
+                out[names[node.targets[0].id]] = Y.flow(list(ast.literal_eval(node.value)))
+    if set(out) != set(names.values()):
+        raise SystemExit("no LoRAConfig accepted-value tuples in the given config.py")
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--arg-utils", type=Path, required=True, help="vllm/engine/arg_utils.py of the version")
     parser.add_argument("--version", required=True, help="the vLLM version, e.g. 0.5.5")
     parser.add_argument("--tag", help="the release tag (default v<version>)")
     parser.add_argument("--obtained-from", help="where this copy of the file came from (wheel name, git)")
+    parser.add_argument("--config", type=Path, help="vllm/config.py of the version (LoRAConfig's accepted ranks)")
     parser.add_argument("--output", type=Path, default=ROOT / "kubectl_triton/data/vllm_engine_args.yaml")
     args = parser.parse_args(argv)
     raw = args.arg_utils.read_bytes()
@@ -150,6 +166,11 @@ def main(argv: list[str] | None = None) -> int:
                        file="vllm/engine/arg_utils.py", sha256=hashlib.sha256(raw).hexdigest(),
                        obtained_from=args.obtained_from)
     versions[args.version] = Y.mapping(source=source, fields=fields(raw.decode("utf-8")))
+    if args.config is not None:
+        config = args.config.read_bytes()
+        versions[args.version]["lora"] = Y.mapping(
+            source=Y.mapping(file="vllm/config.py", sha256=hashlib.sha256(config).hexdigest()),
+            **lora_limits(config.decode("utf-8")))
     ordered = CommentedMap((k, versions[k]) for k in sorted(versions, key=lambda v: [int(p) if p.isdigit() else p
                                                                                     for p in v.split(".")]))
     text = Y.dumps(Y.mapping(versions=ordered), HEADER)

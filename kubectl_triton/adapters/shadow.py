@@ -33,8 +33,9 @@ from kubectl_triton.formats import pbtxt
 PYTHON = "python"
 ENSEMBLE = "ensemble"
 STUB_MODULES = {"generic": "generic.py", "tensorrtllm_echo": "tensorrtllm_echo.py", "vllm_args": "vllm_args.py"}
-# Small per-version files a stubbed backend reads (the vLLM backend's engine arguments): copied into the shadow.
-VERSION_FILES = ("model.json",)
+# Small per-version files a stubbed backend reads (the vLLM backend's engine arguments and LoRA adapters): copied
+# into the shadow.
+VERSION_FILES = ("model.json", "multi_lora.json")
 
 
 def stub_path(name: str) -> Path:

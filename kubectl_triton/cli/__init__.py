@@ -19,6 +19,7 @@ from kubectl_triton.errors import EXIT_INTERRUPTED, EXIT_USAGE, TritonCtlError
 # command name -> (module under kubectl_triton.cli.commands exposing `command`, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "abort": ("abort", "Remove a model's canary; the stable version keeps all traffic."),
+    "add-adapter": ("add_adapter", "Add a LoRA adapter to a vLLM-backend model (reviewed in git)."),
     "add-model": ("add_model", "Scaffold a model: config.pbtxt, metadata, overlays, Flux registration."),
     "bench": ("bench", "Measure a served model: throughput and latency per concurrency level."),
     "canary": ("canary", "Start a canary of a model version, or change its traffic share (HTTPRoute)."),

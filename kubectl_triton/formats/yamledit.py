@@ -195,3 +195,23 @@ def resources_of(text: str, source: str = "kustomization.yaml") -> list[str]:
     """The `resources:` entries of a kustomization text."""
     _, doc = _yaml(text, source)
     return [str(r) for r in doc.get("resources") or []]
+
+
+def add_generator_file(text: str, generator: str, entry: str, source: str = "kustomization.yaml") -> str:
+    """`text` with `entry` (KEY=PATH) appended to the `files` of its configMapGenerator named `generator`
+    (unchanged when already there); round trip, so everything else stays as written."""
+    preamble, body = _split_preamble(text)
+    yaml, doc = _yaml(body, source)
+    generators = doc.get("configMapGenerator")
+    found = next((g for g in generators or [] if isinstance(g, dict) and g.get("name") == generator), None)
+    if found is None:
+        raise InputError(f"{source}: no configMapGenerator named {generator!r}")
+    files = found.get("files")
+    if files is None:
+        from ruamel.yaml.comments import CommentedSeq
+
+        files = found["files"] = CommentedSeq()
+    if entry in [str(f) for f in files]:
+        return text
+    files.append(entry)
+    return preamble + _dump(yaml, doc)

@@ -239,5 +239,5 @@ def check(root: Path, targets: list[Any]) -> list[Finding]:
             if served is not None and served.meta.get("backend") == "vllm":
                 out.extend(vllm.check(root, root / Path(served.path).parent, release(placement.image),
                                       placement.gpus_per_pod, sizing.arch if sizing else None, placement.overlay,
-                                      oid, served.name))
+                                      oid, served.name, served.meta))
     return out

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from kubectl_triton.checks.findings import ERROR, WARNING, Finding
+from kubectl_triton.checks.manifests import lora as lora_checks
 from kubectl_triton.checks.registry import Severity, register
 from kubectl_triton.compat.data import load
 from kubectl_triton.compat.hfconfig import Architecture
@@ -129,11 +130,12 @@ def config_problems(config: dict[str, Any], world: int) -> list[str]:
 
 
 def check(root: Path, model_dir: Path, release: str | None, gpus_per_pod: int | None, arch: Architecture | None,
-          where: str, object_id: str, model: str) -> Iterator[Finding]:
+          where: str, object_id: str, model: str, meta: dict[str, Any] | None = None) -> Iterator[Finding]:
     """The findings of the vLLM models in `model_dir` served by one workload (image release, GPUs per pod)."""
     version = vllm_version(release)
     data = (load("vllm_engine_args.yaml").get("versions") or {}).get(version) if version else None
     fields = data.get("fields") if isinstance(data, dict) else None
+    limits = data.get("lora") if isinstance(data, dict) else None
     for name, versions, config in vllm_models(model_dir):
         if fields is None:
             yield NOT_CHECKED.finding(
@@ -168,6 +170,8 @@ def check(root: Path, model_dir: Path, release: str | None, gpus_per_pod: int | 
                 yield PARALLELISM.finding(
                     f"tensor_parallel_size {tp} x pipeline_parallel_size {pp} = {tp * pp} GPU(s), but {where} "
                     f"requests nvidia.com/gpu: {gpus_per_pod}: {effect}", path=rel, model=model, object=object_id)
+            yield from lora_checks.check(root, model_dir, path.parent, args, meta or {}, limits, where, object_id,
+                                         model)
             longest = args.get("max_model_len")
             context = arch.max_position_embeddings if arch else None
             if isinstance(longest, int) and context and longest > context:

@@ -1,0 +1,108 @@
+"""`kubectl triton add-adapter`: a LoRA adapter of a vLLM-backend model, reviewed in git (gitops/lora.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from kubectl_triton.cli.commands._plan import apply_plan
+from kubectl_triton.errors import InputError
+
+
+def _read(path: Path, what: str) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file ({what})") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise InputError(f"{path}: cannot be read: {getattr(err, 'strerror', None) or err}") from None
+
+
+@click.command("add-adapter")
+@click.argument("model")
+@click.argument("name")
+@click.option("--adapter-config", type=click.Path(path_type=Path), required=True,
+              help="The adapter's PEFT adapter_config.json (rank r, target_modules, base_model_name_or_path).")
+@click.option("--path-in-pod", help="The adapter's folder in the serving pod (default: ARTIFACTS/loras/NAME, "
+                                    "the model's artifact store).")
+@click.option("--max-loras", type=int, help="Adapters one batch may mix (vLLM max_loras; default 1).")
+@click.option("--dry-run", is_flag=True, help="Print the files it would write; write nothing.")
+@click.option("--force", is_flag=True, help="Replace an adapter of that name.")
+@click.option("--repo", "repo_dir", type=click.Path(path_type=Path), default=None,
+              help="Repository root (default: the nearest parent holding overlays/).")
+def command(model: str, name: str, adapter_config: Path, path_in_pod: str | None, max_loras: int | None,
+            dry_run: bool, force: bool, repo_dir: Path | None) -> None:
+    """Add LoRA adapter NAME to MODEL, a model on Triton's vLLM backend: its adapter_config.json under
+    models/MODEL/adapters/NAME/, enable_lora and a max_lora_rank that holds every adapter in model.json, the
+    adapter in multi_lora.json, and that file in the model's ConfigMap. The weights stay in the artifact
+    store (ARTIFACTS/loras/NAME). Clients select it with {"lora_name": "NAME"} in sampling_parameters.
+    Exit 2 (nothing written) for bad input."""
+    from kubectl_triton.checks.manifests.gpufacts import release
+    from kubectl_triton.checks.manifests.vllm import vllm_models, vllm_version
+    from kubectl_triton.compat.data import load
+    from kubectl_triton.formats.yamledit import add_generator_file
+    from kubectl_triton.formats.yamlio import load_all_shared
+    from kubectl_triton.gitops import lora
+    from kubectl_triton.gitops.model import MODEL_COMPONENT, Layout, Repository
+    from kubectl_triton.gitops.scaffold import Plan
+
+    repo = Repository.find(repo_dir)
+    found = repo.model(model)
+    if found is None:
+        raise InputError(f"no model {model!r} under {repo.layout.models}/")
+    docs = load_all_shared(found.metadata_file) if found.metadata_file.is_file() else []
+    meta = docs[0] if docs and isinstance(docs[0], dict) else {}
+    if meta.get("backend") != "vllm":
+        raise InputError(f"{repo.relative(found.metadata_file)}: backend {meta.get('backend')!r}: add-adapter "
+                         "scaffolds adapters for Triton's vLLM backend")
+    served = vllm_models(found.path)
+    if not served:
+        raise InputError(f"{repo.relative(found.path)}: no Triton model with backend \"vllm\"")
+    triton, versions, _ = served[0]
+    version = versions[-1]
+    folder = found.path / triton / version
+    args_rel = repo.relative(folder / "model.json")
+    try:
+        engine_args = json.loads(_read(folder / "model.json", "the vLLM engine arguments"))
+    except json.JSONDecodeError as err:
+        raise InputError(f"{args_rel}:{err.lineno}: not valid JSON: {err.msg}") from None
+    if not isinstance(engine_args, dict):
+        raise InputError(f"{args_rel}: vLLM engine arguments are a JSON object")
+    multi_path = folder / lora.MULTI_LORA
+    multi = lora.read_multi_lora(multi_path.read_text(encoding="utf-8"), repo.relative(multi_path)) \
+        if multi_path.is_file() else {}
+    text = _read(adapter_config, "a PEFT adapter_config.json")
+    adapter = lora.parse_adapter_config(text, str(adapter_config))
+    others = {}
+    for path in sorted((found.path / lora.ADAPTERS_DIR).glob(f"*/{lora.ADAPTER_CONFIG}")):
+        others[path.parent.name] = lora.parse_adapter_config(path.read_text(encoding="utf-8"), repo.relative(path))
+    vllm = vllm_version(release(meta.get("image")))
+    limits = ((load("vllm_engine_args.yaml").get("versions") or {}).get(vllm) or {}).get("lora") if vllm else None
+    if not limits:
+        raise InputError(f"{repo.relative(found.metadata_file)}: the image {meta.get('image')} carries vLLM "
+                         f"{vllm or 'of an unknown version'}, whose accepted LoRA ranks are not bundled")
+    artifacts: dict = meta["artifacts"] if isinstance(meta.get("artifacts"), dict) else {}
+    store = f"/artifacts/{artifacts.get('path') or model}" if artifacts.get("source", "pvc") == "pvc" \
+        else f"/artifacts/{model}"
+    new_args, new_multi = lora.plan_adapter(
+        name=name, adapter=adapter, engine_args=engine_args, multi_lora=multi, others=others,
+        pod_dir=path_in_pod or f"{store}/loras/{name}", ranks=list(limits["max_lora_ranks"]), max_loras=max_loras,
+        force=force)
+    layout: Layout = repo.layout
+    component = layout.overlay_dir(model, MODEL_COMPONENT)
+    kfile = f"{component}/kustomization.yaml"
+    ref = Layout.reference(component, repo.relative(multi_path))
+    files = {
+        repo.relative(found.path / lora.ADAPTERS_DIR / name / lora.ADAPTER_CONFIG): text,
+        args_rel: json.dumps(new_args, indent=2) + "\n",
+        repo.relative(multi_path): json.dumps(new_multi, indent=2) + "\n",
+        kfile: add_generator_file(_read(repo.path(kfile), "the model's Component"),
+                                  "model-config", f"{triton}__{version}__{lora.MULTI_LORA}={ref}", kfile),
+    }
+    apply_plan(repo.root, Plan(files), dry_run)
+    if not dry_run:
+        click.echo(f"next: put the adapter's weights in {new_multi[name]} (the artifact store) and open a pull "
+                   "request; clients select it with {\"lora_name\": \"" + name + "\"} in sampling_parameters",
+                   err=True)
