@@ -133,3 +133,28 @@ def test_the_gate_and_the_backend_stub_agree_on_engine_arguments(install, tmp_pa
     verdict = tritonserver.load_repository(shadow, timeout=120).verdict("m")
     errors = [m for severity, m in argument_problems(args, fields) if severity == "error"]
     assert (verdict is not None) == bool(errors), verdict
+
+
+def test_every_triton_vllm_image_has_its_engine_arguments():
+    """data/vllm_engine_args.yaml holds the vLLM of every Triton release that names one (triton_images.yaml)."""
+    releases = load("triton_images.yaml")["releases"]
+    versions = load("vllm_engine_args.yaml")["versions"]
+    missing = {r: e["vllm"] for r, e in releases.items() if "vllm" in e and e["vllm"] not in versions}
+    assert missing == {}
+
+
+@pytest.mark.parametrize(("tag", "key", "accepted"), [
+    ("24.12", "cpu_offload_gb", True),          # vLLM 0.5.5
+    ("24.05", "cpu_offload_gb", False),         # vLLM 0.4.0.post1 had no CPU offload
+    ("25.09", "compilation_config", True),      # vLLM 0.10.1.1
+    ("24.12", "compilation_config", False),
+    # the vllm_backend README's sample model.json sets it; vLLM 0.19.0 (Triton 26.04) no longer has it
+    ("24.12", "disable_log_requests", True),
+    ("26.04", "disable_log_requests", False),
+])
+def test_arguments_are_judged_by_the_images_own_vllm(run_cli, repo_copy: Path, tag: str, key: str, accepted: bool):
+    _add(run_cli, repo_copy, "--image-tag", tag)
+    value = {"compilation_config": {}, "cpu_offload_gb": 4}.get(key, True)
+    _edit_args(lambda a: a.update({key: value}))(repo_copy)
+    found = _findings(run_cli, repo_copy)
+    assert (("VllmEngineArgsInvalid", "error") not in found) == accepted, found
