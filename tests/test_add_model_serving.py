@@ -139,7 +139,7 @@ def test_every_backend_loads_ready_in_one_tritonserver(scaffolded, tmp_path):
         # vLLM: the engine arguments reached the backend where it reads them, on a KIND_MODEL instance
         received = json.loads((shadow / "qwen_chat" / "1" / "received.json").read_text())
         assert received == {"engine_args": {"model": "/artifacts/qwen-chat/hf", "gpu_memory_utilization": 0.9,
-                                            "tensor_parallel_size": 2, "dtype": "bfloat16", "max_model_len": 16384},
+                                            "tensor_parallel_size": 2, "max_model_len": 16384},
                             "instance_kind": "MODEL", "loras": None}
         answer = server.request("POST", "/v2/models/qwen_chat/generate", {"text_input": "hello vllm", "stream": False})
         assert answer["text_output"] == "hello vllm"

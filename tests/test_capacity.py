@@ -178,3 +178,42 @@ def test_config_json_errors_name_the_file(tmp_path, text, message):
         load_architecture(path)
     assert str(path) in err.value.message and message in err.value.message
     assert "\n" not in err.value.message
+
+
+@pytest.mark.parametrize(("quantization_config", "weights"), [
+    ({"quant_method": "awq", "bits": 4, "group_size": 128}, "int4"),
+    ({"quant_method": "gptq", "bits": 8}, "int8"),
+    ({"quant_method": "fp8", "activation_scheme": "dynamic"}, "fp8"),
+    ({"quant_method": "compressed-tensors",
+      "config_groups": {"group_0": {"weights": {"num_bits": 8, "type": "float"}}}}, "fp8"),
+    ({"quant_method": "compressed-tensors",
+      "config_groups": {"group_0": {"weights": {"num_bits": 4, "type": "int"}}}}, "int4"),
+    ({"quant_method": "bitsandbytes", "load_in_4bit": True}, "int4"),
+    ({"quant_method": "something-new"}, None),
+])
+def test_a_checkpoints_own_quantization_sizes_its_weights(quantization_config, weights):
+    """vLLM reads quantization_config from config.json when model.json names no quantization: so does the plan."""
+    arch = architecture({**FAMILIES[0][1], "quantization_config": quantization_config})
+    assert arch.quantization == weights
+
+
+@pytest.mark.parametrize(("rope_scaling", "context"), [
+    ({"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}, 131072),
+    ({"rope_type": "linear", "factor": 2.0}, 65536),
+    ({"rope_type": "llama3", "factor": 8.0, "original_max_position_embeddings": 8192}, 32768),  # already stated
+    (None, 32768),
+])
+def test_the_context_length_vllm_derives_with_rope_scaling(rope_scaling, context):
+    arch = architecture({**FAMILIES[0][1], "max_position_embeddings": 32768, "rope_scaling": rope_scaling})
+    assert arch.max_context == context
+
+
+def test_llama4_interleaved_experts_count_once():
+    """Llama 4 Maverick (published: 400B parameters, 17B active): MoE only every second layer, dense MLP between."""
+    arch = architecture({"model_type": "llama4", "text_config": {
+        "model_type": "llama4_text", "num_hidden_layers": 48, "hidden_size": 5120, "num_attention_heads": 40,
+        "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 8192, "intermediate_size_mlp": 16384,
+        "num_local_experts": 128, "num_experts_per_tok": 1, "interleave_moe_layer_step": 2, "vocab_size": 202048,
+        "max_position_embeddings": 1048576}})
+    assert arch.parameters == pytest.approx(400e9, rel=0.05)
+    assert arch.active_parameters == pytest.approx(17e9, rel=0.1)

@@ -50,12 +50,24 @@ def _edit_config(root: Path, old: str, new: str) -> None:
     path.write_text(text.replace(old, new))
 
 
-def _two_gpus(root: Path) -> None:
-    """The serving overlay asks for two GPUs, as add-model --tp 2 writes it."""
+def _gpus(root: Path, count: int) -> None:
+    """The serving overlay asks for `count` GPUs, as add-model --tp N writes it."""
     kfile = root / "overlays/qwen/l40s/kustomization.yaml"
     kfile.write_text(kfile.read_text() + "patches:\n  - target:\n      kind: Deployment\n    patch: |\n"
                      "      - op: replace\n        path: /spec/template/spec/containers/0/resources/limits/"
-                     "nvidia.com~1gpu\n        value: 2\n")
+                     f"nvidia.com~1gpu\n        value: {count}\n")
+
+
+def _on_t4(root: Path) -> None:
+    kfile = root / "overlays/qwen/l40s/kustomization.yaml"
+    kfile.write_text(kfile.read_text().replace("../../gpus/l40s", "../../gpus/t4"))
+
+
+def _yarn(root: Path) -> None:
+    path = root / "models/qwen/config.json"
+    doc = json.loads(path.read_text())
+    doc["rope_scaling"] = {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}
+    path.write_text(json.dumps(doc))
 
 
 def _findings(run_cli, root: Path) -> set[tuple[str, str]]:
@@ -89,9 +101,21 @@ MUTATIONS: dict[str, tuple[Callable[[Path], None], set[tuple[str, str]]]] = {
     "not decoupled": (lambda root: _edit_config(root, "  decoupled: true\n", "  decoupled: false\n"),
                       {("VllmConfigRefused", "error")}),
     "KIND_GPU for two GPUs": (lambda root: (_edit_config(root, "KIND_MODEL", "KIND_GPU"), _edit_args(
-        lambda a: a.update(tensor_parallel_size=2))(root), _two_gpus(root)), {("VllmConfigRefused", "error")}),
+        lambda a: a.update(tensor_parallel_size=2))(root), _gpus(root, 2)), {("VllmConfigRefused", "error")}),
+    # the capacity is then not checked (a warning); vLLM's own limits are the engine arguments' business
     "memory share out of range": (_edit_args(lambda a: a.update(gpu_memory_utilization=1.5)),
-                                  {("CapacityConfigInvalid", "error")}),
+                                  {("CapacityConfigInvalid", "warning")}),
+    "tp null": (_edit_args(lambda a: a.update(tensor_parallel_size=None)),
+                {("CapacityConfigInvalid", "warning"), ("VllmEngineArgsInvalid", "error")}),
+    "a dtype that is no activation dtype": (_edit_args(lambda a: a.update(dtype="fp8")),
+                                            {("CapacityConfigInvalid", "warning"), ("VllmEngineArgsInvalid", "error")}),
+    "tp not dividing the attention heads": (lambda root: (_edit_args(lambda a: a.update(tensor_parallel_size=3))(root),
+                                                          _gpus(root, 3)), {("VllmParallelismMismatch", "error")}),
+    "bfloat16 on a T4": (lambda root: (_edit_args(lambda a: a.update(dtype="bfloat16"))(root), _on_t4(root)),
+                         {("VllmDtypeUnsupported", "error"), ("KvCacheDoesNotFit", "error")}),
+    # Qwen's documented yarn setting stretches the context to 131,072: 65,536 is allowed
+    "max_model_len within rope scaling": (lambda root: (_edit_args(lambda a: a.update(max_model_len=65536))(root),
+                                                        _yarn(root)), set()),
     # 0.3 of an L40S holds the 14 GiB of weights but no KV cache: vLLM would not start
     "weights fill the memory share": (_edit_args(lambda a: a.update(gpu_memory_utilization=0.3)),
                                       {("KvCacheDoesNotFit", "error")}),

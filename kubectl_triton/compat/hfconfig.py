@@ -52,6 +52,10 @@ class Architecture:
     v_head_dim: int = 0
     q_lora_rank: int = 0
     torch_dtype: str | None = None
+    quantization: str | None = None  # the checkpoint's quantization_config as a weight precision (int4, fp8, ...)
+    max_context: int | None = None  # the longest sequence vLLM derives: max_position_embeddings with rope scaling
+    moe_layer_step: int = 1  # MoE every this many layers, dense MLP between (Llama 4 interleave_moe_layer_step)
+    dense_intermediate_size: int = 0  # the MLP of the dense layers between MoE ones (Llama 4 intermediate_size_mlp)
 
     @property
     def mla(self) -> bool:
@@ -89,7 +93,9 @@ class Architecture:
     def layer_params(self, layer: int) -> int:
         """Weights of decoder layer `layer` (0-based): attention, MLP or experts (+ router), norms."""
         mlp = self.mlp_params(self.intermediate_size)
-        if self.num_experts and layer >= self.dense_layers:
+        if self.num_experts and self.moe_layer_step > 1 and (layer + 1) % self.moe_layer_step:
+            mlp = self.mlp_params(self.dense_intermediate_size or self.intermediate_size)
+        elif self.num_experts and layer >= self.dense_layers:
             mlp = (self.num_experts * self.mlp_params(self.moe_intermediate_size)
                    + self.mlp_params(self.shared_expert_intermediate_size) + self.hidden_size * self.num_experts)
         return self.attention_params() + mlp + 2 * self.hidden_size
@@ -114,7 +120,9 @@ class Architecture:
         if not self.num_experts:
             return self.parameters
         unused = (self.num_experts - self.num_experts_per_token) * self.mlp_params(self.moe_intermediate_size)
-        return self.parameters - unused * (self.num_layers - self.dense_layers)
+        moe_layers = sum(1 for i in range(self.dense_layers, self.num_layers)
+                         if self.moe_layer_step <= 1 or (i + 1) % self.moe_layer_step == 0)
+        return self.parameters - unused * moe_layers
 
 
 def load_architecture(path: Path, name: str | None = None) -> Architecture:
@@ -163,6 +171,7 @@ def architecture(doc: Any, source: str = "config.json") -> Architecture:
     """The Architecture a parsed config.json describes (`source` names it in errors)."""
     if not isinstance(doc, dict):
         raise InputError(f"{source}: a Hugging Face config.json is a JSON object, got {type(doc).__name__}")
+    outer = doc
     outer_type = str(doc.get("model_type") or "")
     if "num_hidden_layers" not in doc and "n_layer" not in doc and isinstance(doc.get("text_config"), dict):
         inner = doc["text_config"]  # multimodal wrappers (Gemma 3, Llama 4, LLaVA): the language model's config
@@ -189,6 +198,8 @@ def architecture(doc: Any, source: str = "config.json") -> Architecture:
     shared = _opt(doc, source, "shared_expert_intermediate_size")
     if not shared and experts:
         shared = _opt(doc, source, "n_shared_experts") * moe_inter
+    if not shared and experts and base_type == "llama4":
+        shared = moe_inter  # one shared expert beside the routed ones in every MoE layer (Llama4TextMoe)
     dense = _opt(doc, source, "first_k_dense_replace") if experts else 0
     tie = doc.get("tie_word_embeddings")
     if tie is None:
@@ -197,11 +208,14 @@ def architecture(doc: Any, source: str = "config.json") -> Architecture:
         raise InputError(f"{source}: tie_word_embeddings must be true or false, got {tie!r}")
     kv_lora = _opt(doc, source, "kv_lora_rank")
     dtype = doc.get("torch_dtype") or doc.get("dtype")
+    max_pos = _int(doc, source, "max_position_embeddings", "n_positions", "seq_length", required=False)
     return Architecture(
         model_type=model_type, num_layers=layers, hidden_size=hidden, num_attention_heads=heads,
         num_kv_heads=kv_heads, head_dim=head_dim, vocab_size=vocab, intermediate_size=intermediate,
-        max_position_embeddings=_int(doc, source, "max_position_embeddings", "n_positions", "seq_length",
-                                     required=False),
+        max_position_embeddings=max_pos, max_context=_max_context(doc, max_pos),
+        quantization=_checkpoint_quantization(outer.get("quantization_config") or doc.get("quantization_config")),
+        moe_layer_step=_opt(doc, source, "interleave_moe_layer_step") or 1 if experts else 1,
+        dense_intermediate_size=_opt(doc, source, "intermediate_size_mlp") if experts else 0,
         tie_word_embeddings=tie, num_experts=experts,
         num_experts_per_token=_opt(doc, source, "num_experts_per_tok", "moe_topk", "top_k") if experts else 0,
         moe_intermediate_size=moe_inter, shared_expert_intermediate_size=shared, dense_layers=dense,
@@ -211,3 +225,46 @@ def architecture(doc: Any, source: str = "config.json") -> Architecture:
         v_head_dim=_opt(doc, source, "v_head_dim") if kv_lora else 0,
         q_lora_rank=_opt(doc, source, "q_lora_rank") if kv_lora else 0,
         torch_dtype=str(dtype) if isinstance(dtype, str) else None)
+
+
+# quantization_config.quant_method -> the weight precision of compat/capacity.py (bits decide for the integer ones)
+_CHECKPOINT_METHODS = {"fp8": "fp8", "fbgemm_fp8": "fp8", "modelopt": "fp8", "mxfp4": "nvfp4", "nvfp4": "nvfp4"}
+
+
+def _checkpoint_quantization(config: Any) -> str | None:
+    """The weight precision a checkpoint's quantization_config stores (vLLM reads it when model.json names none);
+    None when absent or not known."""
+    if not isinstance(config, dict):
+        return None
+    method = str(config.get("quant_method") or "").lower()
+    if method in _CHECKPOINT_METHODS:
+        return _CHECKPOINT_METHODS[method]
+    bits = config.get("bits") or config.get("w_bit")
+    if method in ("awq", "gptq", "marlin", "awq_marlin", "gptq_marlin") and bits in (4, 8):
+        return "int4" if bits == 4 else "int8"
+    if method == "bitsandbytes":
+        return "int4" if config.get("load_in_4bit") else "int8" if config.get("load_in_8bit") else None
+    if method == "compressed-tensors":
+        for group in (config.get("config_groups") or {}).values():
+            weights = group.get("weights") if isinstance(group, dict) else None
+            if isinstance(weights, dict):
+                if weights.get("type") == "float" and weights.get("num_bits") == 8:
+                    return "fp8"
+                if weights.get("num_bits") in (4, 8):
+                    return "int4" if weights.get("num_bits") == 4 else "int8"
+    return None
+
+
+def _max_context(doc: dict[str, Any], max_pos: int | None) -> int | None:
+    """The longest sequence vLLM derives from the config (its _get_and_verify_max_len): max_position_embeddings,
+    times rope_scaling.factor for the scaling types that stretch it (yarn from original_max_position_embeddings);
+    llama3, su and longrope configs already state their length."""
+    scaling = doc.get("rope_scaling")
+    if not isinstance(scaling, dict) or max_pos is None:
+        return max_pos
+    kind = str(scaling.get("rope_type") or scaling.get("type") or "")
+    factor = scaling.get("factor")
+    if kind in ("su", "longrope", "llama3", "mrope", "default", "") or not isinstance(factor, (int, float)):
+        return max_pos
+    base = scaling.get("original_max_position_embeddings") if kind == "yarn" else None
+    return int((base if isinstance(base, int) else max_pos) * factor)

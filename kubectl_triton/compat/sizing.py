@@ -66,6 +66,14 @@ def _positive(value: Any, where: str, kind: type = int) -> Any:
     return value
 
 
+def _required(value: Any, where: str) -> int:
+    """A positive integer the backend needs (null included is refused)."""
+    if value is None:
+        raise InputError(f"{where} must be a positive integer, got null")
+    found: int = _positive(value, where)
+    return found
+
+
 def _vllm_args(model_dir: Path, root: Path) -> tuple[dict[str, Any], str] | None:
     """The engine arguments of the model's vLLM Triton model (`<name>/1/model.json`, the first one found)."""
     for path in sorted(model_dir.glob(f"*/1/{MODEL_JSON}")):
@@ -96,9 +104,12 @@ def _trtllm_fraction(model_dir: Path) -> float | None:
         params = cfg.get("parameters") or {}
         raw = (params.get("kv_cache_free_gpu_mem_fraction") or {}).get("string_value")
         try:
-            return float(raw) if isinstance(raw, str) and raw else None
+            value = float(raw) if isinstance(raw, str) and raw else None
         except ValueError:
             return None  # a placeholder (${...}): the backend's default
+        if value is not None and not 0 < value <= 1:
+            raise InputError(f"{path}: kv_cache_free_gpu_mem_fraction {raw} is not in (0, 1]")
+        return value
     return None
 
 
@@ -128,13 +139,17 @@ def read_sizing(root: Path, model_dir: Path, meta: dict[str, Any]) -> Sizing | N
     if backend == "vllm":
         found = _vllm_args(model_dir, root)
         args, src = found if found else ({}, f"{where}")
-        tp = _positive(args.get("tensor_parallel_size", 1), f"{src}: tensor_parallel_size")
-        pp = _positive(args.get("pipeline_parallel_size", 1), f"{src}: pipeline_parallel_size")
+        tp = _required(args.get("tensor_parallel_size", 1), f"{src}: tensor_parallel_size")
+        pp = _required(args.get("pipeline_parallel_size", 1), f"{src}: pipeline_parallel_size")
         dtype = str(args.get("dtype") or "auto")
-        if dtype == "auto":
-            dtype = arch.torch_dtype if arch.torch_dtype in ("float16", "bfloat16") else "bfloat16"
+        if dtype in ("auto", "half", "float"):
+            dtype = {"half": "float16", "float": "float32"}.get(
+                dtype, arch.torch_dtype if arch.torch_dtype in ("float16", "bfloat16") else "bfloat16")
         quant = args.get("quantization")
-        weights = VLLM_QUANTIZATION.get(str(quant)) if quant else None
+        # vLLM reads the checkpoint's quantization_config when model.json names none
+        weights = VLLM_QUANTIZATION.get(str(quant)) if quant else arch.quantization
+        if quant and weights is None:
+            weights = arch.quantization
         if quant and weights is None and not section.get("weights"):
             raise InputError(f"{src}: quantization {quant!r}: bytes per weight unknown; set {where}.weights")
         kv = args.get("kv_cache_dtype")
@@ -145,8 +160,8 @@ def read_sizing(root: Path, model_dir: Path, meta: dict[str, Any]) -> Sizing | N
         max_len = _positive(args.get("max_model_len"), f"{src}: max_model_len")
         block = _positive(args.get("block_size"), f"{src}: block_size")
     elif backend == "tensorrtllm":
-        tp = _positive(engine.get("tp", 1), f"{meta_file} engine.tp")
-        pp = _positive(engine.get("pp", 1), f"{meta_file} engine.pp")
+        tp = _required(engine.get("tp", 1), f"{meta_file} engine.tp")
+        pp = _required(engine.get("pp", 1), f"{meta_file} engine.pp")
         dtype, weights, kv = capacity.model_precisions(engine)
         fraction = _trtllm_fraction(model_dir)
         max_len = _positive(engine.get("max_seq_len"), f"{meta_file} engine.max_seq_len")
@@ -156,6 +171,10 @@ def read_sizing(root: Path, model_dir: Path, meta: dict[str, Any]) -> Sizing | N
     kv = section.get("kv_cache_dtype") or kv
     if section.get("memory_fraction") is not None:
         fraction = _positive(section["memory_fraction"], f"{where}.memory_fraction", float)
+    if fraction is not None and not 0 < fraction <= 1:
+        raise InputError(f"{where}: the memory fraction {fraction} is not in (0, 1]")
+    if pp > arch.num_layers:
+        raise InputError(f"{where}: pp {pp} exceeds the {arch.num_layers} layers of {hf_rel}")
     max_seq = max_len or arch.max_position_embeddings
     if not max_seq:
         raise InputError(f"{where}: no sequence length: {hf_rel} has no max_position_embeddings and the backend's "
@@ -164,6 +183,8 @@ def read_sizing(root: Path, model_dir: Path, meta: dict[str, Any]) -> Sizing | N
     minimum = _positive(section.get("min_concurrent_sequences"), f"{where}.min_concurrent_sequences")
     # the precision names are checked once here, so every later estimate only fails on the GPU
     capacity.precision(weights, capacity.WEIGHT_BYTES, f"weight precision in {where}")
+    if capacity.precision(dtype, capacity.WEIGHT_BYTES, f"dtype in {where}") not in ("float32", "float16", "bfloat16"):
+        raise InputError(f"{where}: dtype {dtype!r} is no activation dtype (bfloat16, float16, float32)")
     capacity.precision(kv, capacity.KV_BYTES, f"KV-cache dtype in {where}")
     return Sizing(model=name, arch=arch, hf_config=hf_rel, backend=backend, tp=tp, pp=pp, dtype=dtype,
                   weights=weights, kv_cache_dtype=kv, memory_fraction=fraction, max_seq_len=max_seq,

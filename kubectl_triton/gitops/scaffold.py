@@ -349,9 +349,9 @@ def gateway_ref(gateway: str) -> tuple[str | None, str]:
     return ns or None, name
 
 
-# LlmOptions fields a vLLM model uses too: --tp, --pp, --dtype, --quantization, --max-seq-len (max_model_len),
-# --hf-model (vLLM's `model`), --nodes (refused above 1)
-_VLLM_SHARED = ("tp", "pp", "dtype", "quantization", "max_seq_len", "hf_model", "nodes")
+# LlmOptions fields a vLLM model uses too: --tp, --pp, --quantization, --hf-model (vLLM's `model`), --nodes
+# (refused above 1); --dtype and --max-seq-len (max_model_len) reach it through VllmOptions (vLLM's defaults differ)
+_VLLM_SHARED = ("tp", "pp", "quantization", "hf_model", "nodes")
 
 
 def _check_vllm(opts: Options) -> None:
@@ -370,7 +370,7 @@ def _check_vllm(opts: Options) -> None:
         raise InputError("--instances: one vLLM engine per pod (scale with replicas)")
     if opts.frontend == "openai":
         raise InputError("--frontend openai: only for --backend tensorrtllm here")
-    scaffold_vllm.check(llm.tp, llm.pp, llm.dtype, llm.quantization, opts.vllm, llm.nodes)
+    scaffold_vllm.check(llm.tp, llm.pp, llm.quantization, opts.vllm, llm.nodes)
 
 
 def _check_llm(opts: Options) -> None:
@@ -1061,8 +1061,7 @@ def model_files(opts: Options, facts: RepoFacts) -> dict[str, str]:
                                               f"vLLM backend: the engine arguments are in {opts.version}/"
                                               f"{scaffold_vllm.MODEL_JSON}; weights from {path}.")
         files[f"{name}/{opts.version}/{scaffold_vllm.MODEL_JSON}"] = scaffold_vllm.model_json(
-            scaffold_vllm.engine_args(path, opts.llm.tp, opts.llm.pp, opts.llm.dtype, opts.llm.quantization,
-                                      opts.llm.max_seq_len, opts.vllm))
+            scaffold_vllm.engine_args(path, opts.llm.tp, opts.llm.pp, opts.llm.quantization, opts.vllm))
         return files
     if opts.backend == "ensemble":
         config = ensemble_config(opts, facts.members)

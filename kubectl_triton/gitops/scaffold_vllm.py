@@ -30,38 +30,41 @@ class VllmOptions:
     gpu_memory_utilization: float = 0.9
     kv_cache_dtype: str | None = None
     enforce_eager: bool = False
+    dtype: str = "auto"  # vLLM's default: the checkpoint's, float16 where bfloat16 cannot run
+    max_model_len: int | None = None  # None: vLLM derives the model's context length
 
 
-def check(tp: int, pp: int, dtype: str, quantization: str, vllm: VllmOptions, nodes: int) -> None:
+def check(tp: int, pp: int, quantization: str, vllm: VllmOptions, nodes: int) -> None:
     """The vLLM options add-model can refuse before writing; one InputError each."""
     if tp < 1 or pp < 1:
         raise InputError(f"--tp {tp} --pp {pp}: must be at least 1")
     if nodes != 1:
         raise InputError("--nodes: a vLLM model is served by one pod here (tp x pp GPUs of one node)")
-    if dtype not in DTYPES:
-        raise InputError(f"--dtype {dtype!r}: one of {', '.join(DTYPES)} for --backend vllm")
+    if vllm.dtype not in DTYPES:
+        raise InputError(f"--dtype {vllm.dtype!r}: one of {', '.join(DTYPES)} for --backend vllm")
+    if vllm.max_model_len is not None and vllm.max_model_len < 1:
+        raise InputError(f"--max-seq-len {vllm.max_model_len}: must be at least 1")
     if not 0 < vllm.gpu_memory_utilization <= 1:
         raise InputError(f"--gpu-memory-utilization {vllm.gpu_memory_utilization}: must be in (0, 1]")
     if quantization != "none" and not quantization.replace("_", "").isalnum():
         raise InputError(f"--quantization {quantization!r}: a vLLM quantization method (awq, gptq, fp8, ...)")
 
 
-def engine_args(model_path: str, tp: int, pp: int, dtype: str, quantization: str, max_model_len: int | None,
-                vllm: VllmOptions) -> dict[str, Any]:
+def engine_args(model_path: str, tp: int, pp: int, quantization: str, vllm: VllmOptions) -> dict[str, Any]:
     """The model.json document: only what differs from vLLM's defaults, besides the model and the memory knob."""
     args: dict[str, Any] = {"model": model_path, "gpu_memory_utilization": vllm.gpu_memory_utilization}
     if tp != 1:
         args["tensor_parallel_size"] = tp
     if pp != 1:
         args["pipeline_parallel_size"] = pp
-    if dtype != "auto":
-        args["dtype"] = dtype
+    if vllm.dtype != "auto":
+        args["dtype"] = vllm.dtype
     if quantization != "none":
         args["quantization"] = quantization
     if vllm.kv_cache_dtype:
         args["kv_cache_dtype"] = vllm.kv_cache_dtype
-    if max_model_len:
-        args["max_model_len"] = max_model_len
+    if vllm.max_model_len:
+        args["max_model_len"] = vllm.max_model_len
     if vllm.enforce_eager:
         args["enforce_eager"] = True
     return args

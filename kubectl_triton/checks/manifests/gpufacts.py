@@ -42,10 +42,11 @@ MEMORY_FIT = register(
     "for the KV cache.",
     "Raise tp/pp, quantize, or choose a GPU type with more memory.")
 CAPACITY_INVALID = register(
-    "CapacityConfigInvalid", "error", "model",
+    "CapacityConfigInvalid", "warning", "model",
     "model.yaml `capacity:` cannot be read: its Hugging Face config.json (hf_config) is missing or malformed, a key "
-    "is unknown, or the backend's settings it reads (engine:, model.json) are not numbers: the model's KV-cache "
-    "capacity is not checked.",
+    "is unknown, or the backend's settings it reads (engine:, model.json, the tensorrt_llm config.pbtxt) are out of "
+    "range: the model's KV-cache capacity is not checked (a warning: config.json is not deployed; the backend's own "
+    "checks report what the server would refuse).",
     "Fix the file the message names (docs/capacity.md lists the keys).")
 RELEASE_MISMATCH = register(
     "TritonReleaseMismatch", "error", "model",
@@ -125,7 +126,11 @@ def check_placement(placement: Placement, model: ModelMeta | None, object_id: st
     if model is None:
         return
     if sizing is not None and gpu is not None:
-        yield from kvcapacity.check(sizing, gpu, where, model.path, object_id)
+        try:
+            yield from kvcapacity.check(sizing, gpu, where, model.path, object_id)
+        except InputError as err:  # a setting the estimator cannot use: capacity not checked, the gate goes on
+            yield CAPACITY_INVALID.finding(f"{err.message}: capacity on {gpu.key} not checked", path=model.path,
+                                           model=model.name)
     meta = model.meta
     served, declared = release(placement.image), release(meta.get("image"))
     if served and declared and served != declared:
@@ -239,5 +244,5 @@ def check(root: Path, targets: list[Any]) -> list[Finding]:
             if served is not None and served.meta.get("backend") == "vllm":
                 out.extend(vllm.check(root, root / Path(served.path).parent, release(placement.image),
                                       placement.gpus_per_pod, sizing.arch if sizing else None, placement.overlay,
-                                      oid, served.name, served.meta))
+                                      oid, served.name, served.meta, _gpu(placement)))
     return out

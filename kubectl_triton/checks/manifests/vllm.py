@@ -14,6 +14,7 @@ from typing import Any
 from kubectl_triton.checks.findings import ERROR, WARNING, Finding
 from kubectl_triton.checks.manifests import lora as lora_checks
 from kubectl_triton.checks.registry import Severity, register
+from kubectl_triton.compat.catalog import GPU, cc_tuple
 from kubectl_triton.compat.data import load
 from kubectl_triton.compat.hfconfig import Architecture
 from kubectl_triton.formats import pbtxt
@@ -43,6 +44,11 @@ CONFIG_REFUSED = register(
     "specify KIND_MODEL\").",
     "Set model_transaction_policy { decoupled: true } and instance_group [{ kind: KIND_MODEL }] (add-model "
     "writes both).")
+DTYPE_UNSUPPORTED = register(
+    "VllmDtypeUnsupported", "error", "overlay",
+    "model.json asks for bfloat16 on a GPU type below compute capability 8.0 (T4, V100): vLLM refuses to start "
+    "(\"Bfloat16 is only supported on GPUs with compute capability of at least 8.0\").",
+    "Use \"dtype\": \"auto\" (vLLM casts to float16 there) or float16, or a newer GPU type.")
 NOT_CHECKED = register(
     "VllmEngineArgsNotChecked", "info", "overlay",
     "The engine arguments of the image's vLLM version are not in the bundled data, so model.json is checked only "
@@ -130,7 +136,8 @@ def config_problems(config: dict[str, Any], world: int) -> list[str]:
 
 
 def check(root: Path, model_dir: Path, release: str | None, gpus_per_pod: int | None, arch: Architecture | None,
-          where: str, object_id: str, model: str, meta: dict[str, Any] | None = None) -> Iterator[Finding]:
+          where: str, object_id: str, model: str, meta: dict[str, Any] | None = None,
+          gpu: GPU | None = None) -> Iterator[Finding]:
     """The findings of the vLLM models in `model_dir` served by one workload (image release, GPUs per pod)."""
     version = vllm_version(release)
     data = (load("vllm_engine_args.yaml").get("versions") or {}).get(version) if version else None
@@ -173,9 +180,19 @@ def check(root: Path, model_dir: Path, release: str | None, gpus_per_pod: int | 
             yield from lora_checks.check(root, model_dir, path.parent, args, meta or {}, limits, where, object_id,
                                          model)
             longest = args.get("max_model_len")
-            context = arch.max_position_embeddings if arch else None
+            context = arch.max_context if arch else None
             if isinstance(longest, int) and context and longest > context:
                 yield MAX_MODEL_LEN.finding(
                     f"max_model_len {longest:,} exceeds the model's context length {context:,} "
-                    f"(max_position_embeddings): vLLM refuses to start on {where}", path=rel, model=model,
+                    f"(max_position_embeddings, with its rope scaling): vLLM refuses to start on {where}", path=rel,
+                    model=model, object=object_id)
+            if arch and isinstance(tp, int) and tp > 0 and arch.num_attention_heads % tp:
+                yield PARALLELISM.finding(
+                    f"tensor_parallel_size {tp} does not divide the model's {arch.num_attention_heads} attention "
+                    f"heads: vLLM refuses to start on {where}", path=rel, model=model, object=object_id)
+            cc = cc_tuple(gpu.compute_capability) if gpu else None
+            if gpu and cc and cc < (8, 0) and args.get("dtype") == "bfloat16":
+                yield DTYPE_UNSUPPORTED.finding(
+                    f"dtype bfloat16 needs compute capability 8.0; {gpu.key} has {gpu.compute_capability}: vLLM "
+                    f"refuses to start on {where} (\"auto\" or float16 serve there)", path=rel, model=model,
                     object=object_id)

@@ -81,10 +81,12 @@ def _hf_config(path: Path | None) -> str | None:
               "(overlays/NAME/route/, with an endpoint picker unless the layout file names the platform's).")
 @click.option("--gateway", default="triton-gateway", show_default=True, metavar="[NAMESPACE/]NAME",
               help="The Gateway the --route attaches to.")
-@click.option("--dtype", default="bfloat16", show_default=True, help=_LLM + ", ".join(DTYPES) + ".")
+@click.option("--dtype", help=_LLM + ", ".join(DTYPES) + " (default bfloat16); vllm: auto (default), "
+              "bfloat16, float16, float32.")
 @click.option("--quantization", default="none", show_default=True, help=_LLM + ", ".join(QUANTIZATIONS) + ".")
 @click.option("--max-input-len", type=int, default=4096, show_default=True)
-@click.option("--max-seq-len", type=int, default=8192, show_default=True)
+@click.option("--max-seq-len", type=int, help="tensorrtllm: the engine's max_seq_len (default 8192); vllm: "
+              "max_model_len (default: the model's context length).")
 @click.option("--max-num-tokens", type=int, default=8192, show_default=True)
 @click.option("--kv-cache-free-gpu-mem-fraction", type=float, default=0.85, show_default=True)
 @click.option("--batch-scheduler-policy", default="max_utilization", show_default=True,
@@ -108,8 +110,9 @@ def command(name: str, backend: str, gpus: tuple[str, ...], cluster: str | None,
             dynamic_batching: bool | None, preferred: tuple[int, ...], max_queue_delay_us: int | None,
             instances: int, version: int, artifact: str | None, inputs: tuple[str, ...], outputs: tuple[str, ...],
             steps: tuple[str, ...], image_tag: str, model_family: str, hf_model: str | None,
-            tokenizer_dir: str | None, engine_dir: str | None, tp: int, pp: int, dtype: str, quantization: str,
-            max_input_len: int, max_seq_len: int, max_num_tokens: int, kv_cache_free_gpu_mem_fraction: float,
+            tokenizer_dir: str | None, engine_dir: str | None, tp: int, pp: int, dtype: str | None,
+            quantization: str, max_input_len: int, max_seq_len: int | None, max_num_tokens: int,
+            kv_cache_free_gpu_mem_fraction: float,
             batch_scheduler_policy: str, streaming: bool, autoscaler: str, nodes: int, gpus_per_node: int | None,
             frontend: str, route: str, gateway: str, gpu_memory_utilization: float, kv_cache_dtype: str | None,
             enforce_eager: bool, hf_config: Path | None, dry_run: bool, force: bool,
@@ -119,9 +122,11 @@ def command(name: str, backend: str, gpus: tuple[str, ...], cluster: str | None,
     clusters/CLUSTER/models/kustomization.yaml. Exit 2 (nothing written) for bad input or an existing model
     without --force."""
     root = repo.find_root(repo_dir)
+    vllm_backend = backend == "vllm"
     llm = LlmOptions(model_family=model_family, hf_model=hf_model, tokenizer_dir=tokenizer_dir,
-                     engine_dir=engine_dir, tp=tp, pp=pp, dtype=dtype, quantization=quantization,
-                     max_input_len=max_input_len, max_seq_len=max_seq_len, max_num_tokens=max_num_tokens,
+                     engine_dir=engine_dir, tp=tp, pp=pp, dtype=(None if vllm_backend else dtype) or "bfloat16",
+                     quantization=quantization, max_input_len=max_input_len,
+                     max_seq_len=(None if vllm_backend else max_seq_len) or 8192, max_num_tokens=max_num_tokens,
                      kv_cache_free_gpu_mem_fraction=kv_cache_free_gpu_mem_fraction,
                      batch_scheduler_policy=batch_scheduler_policy, streaming=streaming, nodes=nodes,
                      gpus_per_node=gpus_per_node)
@@ -131,8 +136,10 @@ def command(name: str, backend: str, gpus: tuple[str, ...], cluster: str | None,
                    inputs=tuple(parse_tensor(t, "--input") for t in inputs),
                    outputs=tuple(parse_tensor(t, "--output") for t in outputs), image_tag=image_tag, llm=llm,
                    steps=tuple(parse_step(s) for s in steps), autoscaler=autoscaler, frontend=frontend, route=route,
-                   gateway=gateway, vllm=VllmOptions(gpu_memory_utilization=gpu_memory_utilization,
-                                                     kv_cache_dtype=kv_cache_dtype, enforce_eager=enforce_eager),
+                   gateway=gateway, vllm=VllmOptions(
+                       gpu_memory_utilization=gpu_memory_utilization, kv_cache_dtype=kv_cache_dtype,
+                       enforce_eager=enforce_eager, dtype=(dtype or "auto") if vllm_backend else "auto",
+                       max_model_len=max_seq_len if vllm_backend else None),
                    hf_config=_hf_config(hf_config))
     facts = read_facts(root, opts, cluster)
     # A GPU type of the catalog or of kubectl-triton.yaml without a Component yet: its Component is written too.

@@ -67,11 +67,13 @@ def command(ctx: click.Context, model: str | None, hf_config: Path | None, backe
 
         docs = load_all_shared(found.metadata_file) if found.metadata_file.is_file() else []
         meta = docs[0] if docs and isinstance(docs[0], dict) else {}
-        if hf_config is None:
-            sizing = read_sizing(repo.root, found.path, meta)
-            if sizing is None:
-                raise InputError(f"{repo.relative(found.metadata_file)}: no `capacity:` naming the model's "
-                                 "config.json", hint="add capacity.hf_config (docs/capacity.md) or pass --hf-config")
+        if hf_config is not None:  # another config.json for the model's own settings
+            section: dict[str, Any] = meta["capacity"] if isinstance(meta.get("capacity"), dict) else {}
+            meta = {**meta, "capacity": {**section, "hf_config": str(hf_config.resolve())}}
+        sizing = read_sizing(repo.root, found.path, meta)
+        if sizing is None:
+            raise InputError(f"{repo.relative(found.metadata_file)}: no `capacity:` naming the model's "
+                             "config.json", hint="add capacity.hf_config (docs/capacity.md) or pass --hf-config")
     elif hf_config is None:
         raise click.UsageError("give MODEL or --hf-config")
     else:
@@ -87,6 +89,9 @@ def command(ctx: click.Context, model: str | None, hf_config: Path | None, backe
                         tp=1, pp=1, dtype=arch.torch_dtype if arch.torch_dtype in ("float16", "bfloat16")
                         else "bfloat16", weights=None, kv_cache_dtype=None, memory_fraction=None,
                         max_seq_len=longest, sequence_len=longest, min_concurrent_sequences=None)
+    if backend is not None and backend != sizing.backend and memory_fraction is None:
+        # the other backend's knob means another thing (of free memory, of all memory): its own default
+        sizing = dataclasses.replace(sizing, memory_fraction=None, block_tokens=None)
     overrides: dict[str, Any] = {k: v for k, v in (("backend", backend), ("tp", tp), ("pp", pp), ("dtype", dtype),
                                    ("weights", weights), ("kv_cache_dtype", kv_cache_dtype),
                                    ("memory_fraction", memory_fraction), ("max_seq_len", max_seq_len),
