@@ -13,7 +13,8 @@ torch.cuda.memory_allocated() before/after, the bytes of its parameters and buff
 `arch.parameters`. A KV-cache tensor [layers, 2, N, kv_heads, head_dim] bf16 is allocated and compared with
 N * kv_bytes_per_token(arch, tp=1, pp=1, kv_bytes=2); a short forward pass with use_cache also measures the bytes of
 transformers' own cache. Finally nvidia-smi's memory.total against cudaMemGetInfo's total (the estimator's
-DRIVER_RESERVED_MIB). `--device cpu` runs the same logic without a GPU (memory_allocated is then not measured)."""
+DRIVER_RESERVED_MIB). Without a GPU, `--device cpu --tiny` (2-layer variants) or `--device meta` (full size, no
+memory) run the same logic: parameter counts, bytes and KV shapes are exact; memory_allocated is not measured."""
 
 from __future__ import annotations
 
