@@ -368,6 +368,9 @@ def watch_backoff(failures: int) -> float:
     return base * (1 + 0.2 * random.random())
 
 
+SETTLE_S = 0.5  # how long a terminal verdict must hold before --wait stops on it
+
+
 def wait_for(collector: Collector, timeout_s: float, *, grace_s: float,
              on_progress: Callable[[list[ModelStatus], float], None] | None = None,
              clock: Callable[[], float] = time.monotonic) -> tuple[list[ModelStatus], bool]:
@@ -378,6 +381,7 @@ def wait_for(collector: Collector, timeout_s: float, *, grace_s: float,
     stop = threading.Event()
     informers: dict[str, Informer] = {}
     routes: list[dict] | None = None
+    settle_until = 0.0  # when a terminal verdict seen since then may end the wait
     for field in SOURCES:
         if field == "lws_events":
             continue  # read once a group is in scope (below)
@@ -407,12 +411,19 @@ def wait_for(collector: Collector, timeout_s: float, *, grace_s: float,
             if statuses and all(s.phase == HEALTHY for s in statuses):
                 return statuses, False
             if any(s.terminal for s in statuses):
-                return statuses, False
+                # A terminal verdict ends the wait once it has held for SETTLE_S: each watch delivers on its own,
+                # and a pod's change can arrive a moment before the event that explains it (a scale-up).
+                settle_until = settle_until or clock() + SETTLE_S
+                if clock() >= settle_until:
+                    return statuses, False
+            else:
+                settle_until = 0.0
             remaining = timeout_s - elapsed
             if remaining <= 0:
                 return statuses, True
             try:
-                item = changes.get(timeout=min(remaining, TICK_S))
+                pause = min(remaining, TICK_S, settle_until - clock()) if settle_until else min(remaining, TICK_S)
+                item = changes.get(timeout=max(0.0, pause))
                 items = [item]
                 while not changes.empty():  # coalesce a burst of events into one evaluation
                     items.append(changes.get_nowait())
