@@ -10,10 +10,12 @@ install: system-deps $(BIN)/kubectl-triton
 
 # Debian packages the tests run (CI is root on Debian): `prometheus` (prometheus and promtool: the Prometheus
 # end-to-end test and the promtool unit tests of base/monitoring/tests), mpirun (openmpi-bin) and `ip netns`
-# (iproute2) for the multi-node bootstrap test, ssh-keygen (openssh-client) for its key. A no-op when every command
+# (iproute2) for the multi-node bootstrap test, ssh-keygen (openssh-client) for its key, docker-registry (the CNCF
+# distribution registry) served on loopback for the OCI model artifact test. A no-op when every command
 # is on PATH; else apt-get, as root or through sudo. Where that fails the tests that need them skip, except under
 # KUBECTL_TRITON_REQUIRE_SYSTEM_DEPS=1 (.ci/run), where this step fails.
-SYSTEM_DEPS := prometheus:prometheus promtool:prometheus mpirun:openmpi-bin ip:iproute2 ssh-keygen:openssh-client
+SYSTEM_DEPS := prometheus:prometheus promtool:prometheus mpirun:openmpi-bin ip:iproute2 ssh-keygen:openssh-client \
+	docker-registry:docker-registry
 system-deps:
 	@missing=""; for dep in $(SYSTEM_DEPS); do command -v $${dep%%:*} >/dev/null 2>&1 || missing="$$missing $${dep#*:}"; \
 	done; [ -z "$$missing" ] && exit 0; \

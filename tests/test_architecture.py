@@ -12,7 +12,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "kubectl_triton"
 # Heavy third-party libraries that the core may import inside a function to keep `kubectl triton --help` fast.
 # urllib: the standard library's urllib.request pulls in http.client, ssl and email (20 ms), for --triton only.
 HEAVY = {"yaml", "ruamel", "jsonschema", "kubernetes_validate", "kubernetes", "google", "tritonclient", "numpy",
-         "urllib3", "requests", "jsonpatch", "gevent", "grpc", "click", "referencing", "urllib", "cryptography"}
+         "urllib3", "requests", "jsonpatch", "gevent", "grpc", "click", "referencing", "urllib", "cryptography", "oras"}
 
 
 def _module(path: Path) -> str:

@@ -30,6 +30,13 @@ def _add(run_cli, root: Path, tmp_path: Path, name: str = "sql", *extra: str, ra
                    "--repo", str(root), *extra)
 
 
+def _in_image(root: Path, *names: str) -> None:
+    """The adapters' weights packaged into qwen25-7b's image (as package-model records them in its layout)."""
+    layout = root / "models/qwen25-7b/artifact-layout.yaml"
+    layout.write_text(layout.read_text() + "".join(f"  qwen25-7b/loras/{n}/adapter_model.safetensors: 4096\n"
+                                                   for n in names))
+
+
 def _json(root: Path, rel: str) -> dict:
     return json.loads((root / rel).read_text())
 
@@ -47,6 +54,12 @@ def test_add_adapter_writes_a_consistent_set(run_cli, repo_copy: Path, tmp_path:
     assert _json(repo_copy, f"{MODEL_DIR}/multi_lora.json") == {"sql": "/artifacts/qwen25-7b/loras/sql",
                                                                   "chat": "/artifacts/qwen25-7b/loras/chat"}
     assert _json(repo_copy, "models/qwen25-7b/adapters/sql/adapter_config.json")["r"] == 32
+    # qwen25-7b's files are an OCI image: the adapters' weights must be in it (package-model), and the gate says so.
+    result = run_cli("validate", str(repo_copy), "-o", "json")
+    missing = sorted(f["message"].split(" (")[0] for f in json.loads(result.stdout)["findings"]
+                     if f["code"] == "OciArtifactPathMissing")
+    assert missing == ["qwen25_7b needs qwen25-7b/loras/chat", "qwen25_7b needs qwen25-7b/loras/sql"]
+    _in_image(repo_copy, "chat", "sql")
     assert _findings(run_cli, repo_copy) == set()
     # a rank 40 adapter: the next rank vLLM accepts
     assert _add(run_cli, repo_copy, tmp_path, "big", rank=40).exit_code == 0
@@ -122,6 +135,7 @@ MUTATIONS: dict[str, tuple[Callable[[Path], None], set[tuple[str, str]]]] = {
 @pytest.mark.parametrize("mutate, expected", MUTATIONS.values(), ids=MUTATIONS.keys())
 def test_each_lora_mistake_is_its_finding(run_cli, repo_copy: Path, tmp_path: Path, mutate, expected):
     assert _add(run_cli, repo_copy, tmp_path).exit_code == 0
+    _in_image(repo_copy, "sql")
     mutate(repo_copy)
     assert _findings(run_cli, repo_copy) == expected
 

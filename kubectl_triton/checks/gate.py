@@ -18,6 +18,8 @@ from kubectl_triton.adapters import kustomize
 from kubectl_triton.checks import server as server_check
 from kubectl_triton.checks.findings import Finding
 from kubectl_triton.checks.manifests import (
+    artifacts,
+    clusterversions,
     convergence,
     enginebuild,
     gpufacts,
@@ -115,7 +117,7 @@ CHECK_INPUT = register(
 
 # Repository-wide checks: check(root, targets) -> findings. LOCAL ones judge each folder on its own (so
 # --changed-from runs them on the affected folders only); the others need every folder of a cluster.
-LOCAL_CHECKS = (security.check,)
+LOCAL_CHECKS = (security.check, artifacts.check)
 CLUSTER_CHECKS = (enginebuild.check, routes.check, monitoring.check, multinode.check)
 
 
@@ -145,7 +147,7 @@ class Target:
 
 @dataclass
 class Options:
-    kubernetes_version: str = schemas.DEFAULT_KUBERNETES_VERSION
+    kubernetes_version: str | None = None  # None: each cluster's from kubectl-triton.yaml `kubernetes:`
     triton: bool = False
     compat: bool = True
     cache: bool = True  # reuse renders whose inputs are unchanged (adapters.kustomize.RenderCache)
@@ -202,7 +204,7 @@ def _validate_rendered(root: Path, options: Options, say: Callable[[str], None],
         # Per-folder checks run where the change can reach; cluster-wide checks always see every folder.
         affected = None if changes is None else \
             _affected(root, layout, targets, changes.result(), cache.memo if cache is not None else None)
-        _warm_schemas(builds, options.kubernetes_version)
+        _warm_schemas(builds, options.kubernetes_version or schemas.DEFAULT_KUBERNETES_VERSION)
     except BaseException:
         builds.cancel()
         raise
@@ -222,7 +224,8 @@ def _validate_rendered(root: Path, options: Options, say: Callable[[str], None],
     rendered = [t for t in targets if t.objects]
     local = rendered if affected is None else [t for t in rendered if t.path in affected]
     say("checking schemas")
-    schema_findings = _schema_findings(local, options.kubernetes_version)
+    where = clusterversions.placements(root, local, options.kubernetes_version)
+    schema_findings = _schema_findings(local, where) + _version_findings(where)
     findings += schema_findings
     # Objects that fail their schema are reported as such; the checks below only see well-formed objects.
     invalid = {(f.path, f.object) for f in schema_findings if f.code == "SchemaInvalid"}
@@ -542,17 +545,30 @@ def _other_source(layout: Layout, ks: repo.FluxKustomization, rel_file: str, whe
                                            path=rel_file, object=where)
 
 
-def _schema_findings(targets: list[Target], version: str) -> list[Finding]:
+def _schema_findings(targets: list[Target], where: dict[Path, list[clusterversions.Placement]]) -> list[Finding]:
+    """Every object against the schemas of each Kubernetes version that its clusters run (one message per
+    problem; where the clusters differ, the message names those it concerns)."""
     out = []
     for target in targets:
         held = 0
+        by_version: dict[str, list[str]] = defaultdict(list)
+        for placement in where.get(target.path) or ():
+            by_version[placement.version].append(placement.cluster or "")
+        versions = sorted(by_version) or [schemas.DEFAULT_KUBERNETES_VERSION]
         for obj in target.objects:
-            for issue in schemas.validate_object(obj, version):
-                if target.unknown and "${" in issue.message:
+            issues: dict[tuple[str, str, bool], list[str]] = {}
+            for version in versions:
+                for issue in schemas.validate_object(obj, version):
+                    issues.setdefault((issue.object, issue.message, issue.missing_schema), []).append(version)
+            for (oid, message, missing), found in issues.items():
+                if target.unknown and "${" in message:
                     held += 1  # a value Flux substitutes from a source not in the repository
                     continue
-                check = SCHEMA_MISSING if issue.missing_schema else SCHEMA_INVALID
-                out.append(check.finding(issue.message, path=target.rel, object=issue.object))
+                if len(versions) > 1 and len(found) < len(versions):
+                    named = sorted(c for v in found for c in by_version[v] if c)
+                    message += f" (Kubernetes {', '.join(found)}: cluster {', '.join(named)})"
+                check = SCHEMA_MISSING if missing else SCHEMA_INVALID
+                out.append(check.finding(message, path=target.rel, object=oid))
         if target.unknown:
             names = ", ".join(sorted(target.unknown))
             by = ", ".join(sorted({k.name for k in target.kustomizations})) or "?"
@@ -561,6 +577,19 @@ def _schema_findings(targets: list[Target], version: str) -> list[Finding]:
                 f"postBuild variables of Kustomization {by} not in the repository ({names}): left as written"
                 f"{held_text}", path=target.rel))
     return out
+
+
+def _version_findings(where: dict[Path, list[clusterversions.Placement]]) -> list[Finding]:
+    """A Kubernetes version in kubectl-triton.yaml whose schemas are not bundled: checked against the default."""
+    out = []
+    for found in where.values():
+        for placement in found:
+            if placement.declared and not schemas.supported_version(placement.version):
+                out.append(LAYOUT_INVALID.finding(
+                    f"kubernetes: version {placement.version} (cluster {placement.cluster or 'default'}) has no "
+                    f"bundled schemas ({schemas.supported_range()}): its objects are not schema-checked",
+                    path=LAYOUT_FILE, severity="warning"))
+    return list(dict.fromkeys(out))
 
 
 def _duplicate_findings(root: Path, targets: list[Target]) -> list[Finding]:

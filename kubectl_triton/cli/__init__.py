@@ -28,6 +28,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "diff": ("diff", "What a change does to each cluster: objects added, removed, changed; rollouts."),
     "gpus": ("gpus", "GPU types in the cluster and which overlays can run there."),
     "init": ("init", "Make a folder or an existing Flux repository a kubectl-triton repository."),
+    "package-model": ("package_model", "Build a model's files into an OCI image, push it, point the model at it."),
     "plan": ("plan", "KV-cache capacity and memory fit of an LLM on every GPU type."),
     "promote": ("promote", "Make a model's canary version the stable one."),
     "record-engine": ("record_engine", "Record a TensorRT-LLM engine's metadata for offline compat checks."),

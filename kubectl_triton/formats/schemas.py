@@ -96,6 +96,12 @@ def supported_version(version: str) -> bool:
     return wanted is not None and bool(bundled) and min(bundled) <= wanted <= max(bundled)
 
 
+def supported_range() -> str:
+    """The bundled schema versions, as "1.25-1.37"."""
+    bundled = _bundled_versions()
+    return f"{bundled[0][0]}.{bundled[0][1]}-{bundled[-1][0]}.{bundled[-1][1]}" if bundled else "none"
+
+
 def _major_minor(version: str) -> tuple[int, int] | None:
     found = re.match(r"^v?(\d+)\.(\d+)(?:$|\.)", version)
     return (int(found[1]), int(found[2])) if found else None

@@ -16,6 +16,7 @@ from typing import Any
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.emitter import Emitter
+from ruamel.yaml.representer import RoundTripRepresenter
 from ruamel.yaml.resolver import VersionedResolver
 from ruamel.yaml.scalarstring import LiteralScalarString
 
@@ -53,10 +54,19 @@ class _StrictResolver(VersionedResolver):
         return next((t for t in tags if t != _STR), tags[0])
 
 
+class _NullRepresenter(RoundTripRepresenter):
+    """Writes None as `null` (ruamel writes nothing after the colon), as kustomize's own patches read best."""
+
+
+_NullRepresenter.add_representer(
+    type(None), lambda representer, _value: representer.represent_scalar("tag:yaml.org,2002:null", "null"))
+
+
 def _yaml() -> YAML:
     yaml = YAML(typ="rt")
     yaml.Emitter = _DoubleQuoting
     yaml.Resolver = _StrictResolver
+    yaml.Representer = _NullRepresenter
     yaml.indent(mapping=2, sequence=4, offset=2)
     yaml.width = 4096  # never wrap
     return yaml

@@ -215,3 +215,39 @@ def add_generator_file(text: str, generator: str, entry: str, source: str = "kus
         return text
     files.append(entry)
     return preamble + _dump(yaml, doc)
+
+
+def set_key(text: str, key: str, value: Any, source: str = "model.yaml") -> str:
+    """`text` with the top-level `key` set to `value` (a mapping or scalar); round trip, so everything else stays
+    as written."""
+    preamble, body = _split_preamble(text)
+    yaml, doc = _yaml(body, source)
+    old = doc.get(key)
+    if old == value:
+        return text
+    if isinstance(old, dict) and isinstance(value, dict) and old and value and hasattr(old, "ca") \
+            and hasattr(value, "ca"):
+        # Comment lines after the old mapping belong to the key that follows it: they stay.
+        trailing = old.ca.items.get(list(old)[-1])
+        if trailing:
+            value.ca.items[list(value)[-1]] = trailing
+    doc[key] = value
+    return preamble + _dump(yaml, doc)
+
+
+def add_patch(text: str, path: str, kind: str, source: str = "kustomization.yaml") -> str:
+    """`text` with a `patches` entry for the file `path` targeting `kind` (unchanged when one names the file)."""
+    from ruamel.yaml.comments import CommentedMap, CommentedSeq
+
+    preamble, body = _split_preamble(text)
+    yaml, doc = _yaml(body, source)
+    patches = doc.get("patches")
+    if patches is None:
+        patches = doc["patches"] = CommentedSeq()
+    if not isinstance(patches, list):
+        raise InputError(f"{source}: patches must be a list")
+    if any(isinstance(p, dict) and p.get("path") == path for p in patches):
+        return text
+    entry = CommentedMap([("path", path), ("target", CommentedMap([("kind", kind)]))])
+    patches.append(entry)
+    return preamble + _dump(yaml, doc)

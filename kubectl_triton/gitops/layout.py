@@ -107,14 +107,14 @@ def _node_line(node: Any, path: list[Any]) -> int | None:
     return line
 
 
-def read_cluster_provides(root: Path) -> ClusterProvides:
-    """The `cluster.provides` section of `root`/kubectl-triton.yaml (empty when the file is absent).
-    A malformed file raises LayoutError naming the repository-relative path and line."""
+def _load_layout(root: Path) -> tuple[Any, Any] | None:
+    """kubectl-triton.yaml's document and YAML node tree, checked against its schema; None when absent. A
+    malformed file raises LayoutError naming the repository-relative path and line."""
     import yaml
 
     path = root / LAYOUT_FILE
     if not path.is_file():
-        return ClusterProvides()
+        return None
     try:
         text = path.read_text(encoding="utf-8")
         loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -127,13 +127,25 @@ def read_cluster_provides(root: Path) -> ClusterProvides:
         raise LayoutError(LAYOUT_FILE, mark.line + 1 if mark else None,
                           f"invalid YAML: {getattr(err, 'problem', None) or err}") from None
     if doc is None:
-        return ClusterProvides(file=LAYOUT_FILE)
+        return None, node
     errors = sorted(layout_validator().iter_errors(doc), key=lambda e: list(e.absolute_path))
     if errors:
         first = errors[0]
         where = "/".join(str(p) for p in first.absolute_path) or "(top level)"
         raise LayoutError(LAYOUT_FILE, _node_line(node, list(first.absolute_path)) if node is not None else None,
                           f"{where}: {first.message}")
+    return doc, node
+
+
+def read_cluster_provides(root: Path) -> ClusterProvides:
+    """The `cluster.provides` section of `root`/kubectl-triton.yaml (empty when the file is absent).
+    A malformed file raises LayoutError naming the repository-relative path and line."""
+    loaded = _load_layout(root)
+    if loaded is None:
+        return ClusterProvides()
+    doc, node = loaded
+    if doc is None:
+        return ClusterProvides(file=LAYOUT_FILE)
     provides = (doc.get("cluster") or {}).get("provides") or {}
 
     def names(items: list[Any] | None, key: str) -> frozenset[str]:
@@ -152,3 +164,46 @@ def read_cluster_provides(root: Path) -> ClusterProvides:
         storage_classes=classes,
         secrets=tuple(ExternalSecret(s["name"], s["namespace"], s["reason"]) for s in provides.get("secrets") or ()),
         file=LAYOUT_FILE)
+
+
+# ---- the layout file's `kubernetes:` section (each cluster's version and feature gates) -------------------------
+
+@dataclass(frozen=True)
+class KubernetesFacts:
+    """A cluster's Kubernetes minor version (None: not declared) and the feature gates it sets."""
+
+    version: str | None = None
+    feature_gates: tuple[tuple[str, bool], ...] = ()
+
+    def gate(self, name: str) -> bool | None:
+        return dict(self.feature_gates).get(name)
+
+
+@dataclass(frozen=True)
+class KubernetesVersions:
+    """`kubernetes:`: the version every cluster runs unless `clusters.<name>` says otherwise."""
+
+    default: KubernetesFacts = KubernetesFacts()
+    clusters: tuple[tuple[str, KubernetesFacts], ...] = ()
+
+    def of(self, cluster: str) -> KubernetesFacts:
+        own = dict(self.clusters).get(cluster)
+        if own is None:
+            return self.default
+        gates = {**dict(self.default.feature_gates), **dict(own.feature_gates)}
+        return KubernetesFacts(own.version or self.default.version, tuple(sorted(gates.items())))
+
+
+def _facts(entry: dict[str, Any]) -> KubernetesFacts:
+    gates = entry.get("featureGates") or {}
+    return KubernetesFacts(entry.get("version"), tuple(sorted((str(k), bool(v)) for k, v in gates.items())))
+
+
+def read_kubernetes(root: Path) -> KubernetesVersions:
+    """kubectl-triton.yaml's `kubernetes:` (nothing declared when the file or section is absent); LayoutError for
+    a malformed file."""
+    loaded = _load_layout(root)
+    doc = loaded[0] if loaded is not None else None
+    section = (doc or {}).get("kubernetes") or {}
+    clusters = tuple(sorted((name, _facts(entry or {})) for name, entry in (section.get("clusters") or {}).items()))
+    return KubernetesVersions(_facts(section), clusters)

@@ -25,7 +25,9 @@ from kubectl_triton.errors import InputError
 from kubectl_triton.formats import pbtxt
 from kubectl_triton.formats import yamldump as Y
 from kubectl_triton.formats.yamledit import edit_resources
+from kubectl_triton.gitops import artifacts as artifacts_mod
 from kubectl_triton.gitops import inferencepool, scaffold_vllm
+from kubectl_triton.gitops.artifacts import ARTIFACTS_CLAIM, parse_artifact
 from kubectl_triton.gitops.inferencepool import platform_picker
 from kubectl_triton.gitops.layout import confine
 from kubectl_triton.gitops.model import (
@@ -37,6 +39,7 @@ from kubectl_triton.gitops.model import (
     Layout,
     Repository,
 )
+from kubectl_triton.gitops.package import volume_patch
 from kubectl_triton.gitops.repo import flux_kustomizations
 
 BACKENDS = ("tensorrtllm", "vllm", "onnxruntime", "pytorch", "tensorflow", "python", "ensemble")
@@ -49,7 +52,6 @@ SCHEDULER_POLICIES = ("max_utilization", "guaranteed_no_evict")
 IMAGE_REPOSITORY = "nvcr.io/nvidia/tritonserver"
 DEFAULT_IMAGE_TAG = "24.12"
 BASE_ENGINE_BUILD_IMAGE = f"{IMAGE_REPOSITORY}:{DEFAULT_IMAGE_TAG}-trtllm-python-py3"  # base/engine-build/job.yaml
-ARTIFACTS_CLAIM = "model-artifacts"
 S3_SECRET = "model-store-credentials"
 EXECUTOR_WORKER = "/opt/tritonserver/backends/tensorrtllm/trtllmExecutorWorker"
 LLM_MODELS = ("ensemble", "preprocessing", "tensorrt_llm", "postprocessing")
@@ -63,7 +65,6 @@ MULTINODE_BASE = "triton-multinode"  # a base (Layout.base)
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 _TENSOR_NAME = re.compile(r"[A-Za-z0-9_.\-]+")
 _IMAGE_TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,100}")
-_PLAIN = re.compile(r"[A-Za-z0-9/._][A-Za-z0-9/._:@+\-]*")
 
 TRITON_MODELS_ANNOTATION = "triton.kubectl.io/triton-models"
 HF_CONFIG = "config.json"  # the checkpoint's config.json in models/NAME/ (model.yaml capacity.hf_config)
@@ -250,26 +251,6 @@ def parse_step(text: str) -> Step:
     return Step(model, _maps(inputs, text), _maps(right, text))
 
 
-def parse_artifact(artifact: str | None, name: str) -> dict[str, str]:
-    """`--artifact`: an s3:// URI, or a folder on the model-artifacts PVC (relative, or under /artifacts/)."""
-    if artifact is None or artifact == "":
-        return {"source": "pvc", "path": name}
-    if artifact.startswith("s3://"):
-        bucket = artifact[5:].split("/", 1)[0]
-        if not bucket or any(c.isspace() for c in artifact):
-            raise InputError(f"--artifact {artifact!r}: expected s3://BUCKET/PREFIX")
-        return {"source": "s3", "uri": artifact.rstrip("/")}
-    if "://" in artifact:
-        raise InputError(f"--artifact {artifact!r}: only s3:// URIs and paths on the {ARTIFACTS_CLAIM} PVC")
-    path = artifact.removeprefix("/artifacts/").strip("/")
-    parts = path.split("/")
-    if artifact.startswith("/") and not artifact.startswith("/artifacts/") or not path \
-            or any(p in ("", ".", "..") for p in parts) or not all(_PLAIN.fullmatch(p) for p in parts):
-        raise InputError(f"--artifact {artifact!r}: expected a folder on the {ARTIFACTS_CLAIM} PVC "
-                         "(e.g. my-model or /artifacts/my-model) or s3://BUCKET/PREFIX")
-    return {"source": "pvc", "path": path}
-
-
 # ---- validation against the repository ------------------------------------------------------------
 
 def check_options(opts: Options, facts: RepoFacts) -> None:
@@ -381,9 +362,14 @@ def _check_llm(opts: Options) -> None:
     if opts.inputs or opts.outputs:
         raise InputError("--input/--output: a tensorrtllm model's tensors are fixed (text_input, max_tokens, "
                          "... -> text_output)")
-    if parse_artifact(opts.artifact, opts.name)["source"] != "pvc":
+    source = parse_artifact(opts.artifact, opts.name).source
+    if source == "s3":
         raise InputError(f"--artifact {opts.artifact!r}: tensorrtllm engines are built onto the "
-                         f"{ARTIFACTS_CLAIM} PVC; s3 artifacts are not supported for tensorrtllm")
+                         f"{ARTIFACTS_CLAIM} PVC or come prebuilt in an oci:// image; s3 is not supported for "
+                         "tensorrtllm")
+    if source == "oci" and (llm.nodes > 1 or llm.gpus_per_node is not None):
+        raise InputError(f"--artifact {opts.artifact!r}: a multi-node (LeaderWorkerSet) model reads its engines "
+                         f"from the {ARTIFACTS_CLAIM} PVC; oci:// images are mounted by single-node Deployments")
     if len(f"{opts.name}-{opts.gpus[0]}-engine-build") > 63:
         raise InputError(f"NAME {opts.name!r}: the Job '{opts.name}-{opts.gpus[0]}-engine-build' would exceed "
                          "63 characters (a label value); use a shorter NAME")
@@ -575,7 +561,7 @@ def single_config(opts: Options) -> Any:
 
 def llm_paths(opts: Options) -> dict[str, str]:
     """checkpoint, tokenizer_dir and engine_dir of a tensorrtllm model."""
-    base = "/artifacts/" + parse_artifact(opts.artifact, opts.name)["path"]
+    base = parse_artifact(opts.artifact, opts.name).pod_dir
     checkpoint = opts.llm.hf_model or f"{base}/hf"
     return {"checkpoint": checkpoint, "tokenizer_dir": opts.llm.tokenizer_dir or checkpoint,
             "engine_dir": opts.llm.engine_dir or f"{base}/engines/{opts.gpus[0]}"}
@@ -789,17 +775,21 @@ def image(opts: Options) -> str:
 
 
 def artifacts_dir(opts: Options) -> str:
-    art = parse_artifact(opts.artifact, opts.name)
-    return f"/artifacts/{art['path']}" if art["source"] == "pvc" else f"/artifacts/{opts.name}"
+    return parse_artifact(opts.artifact, opts.name).pod_dir
 
 
 def model_yaml(opts: Options) -> str:
     """models/NAME/model.yaml: what the overlays, the engine-build Job and `validate` read."""
     art = parse_artifact(opts.artifact, opts.name)
-    if art["source"] == "pvc":
-        artifacts = Y.mapping(source="pvc", claim=ARTIFACTS_CLAIM, path=art["path"])
+    if art.source == "pvc":
+        artifacts = Y.mapping(source="pvc", claim=ARTIFACTS_CLAIM, path=art.path)
+    elif art.source == "oci":
+        artifacts = Y.mapping(source="oci", reference=str(art.reference), pullPolicy=art.pull_policy, path=art.path)
+        Y.comment(artifacts, "reference", "Mounted read-only at /artifacts as an image volume (docs/oci-artifacts.md), "
+                  f"the model's files under path/;\n{artifacts_mod.LAYOUT_FILE} lists them (kubectl triton "
+                  "package-model writes it).", 2)
     else:
-        artifacts = Y.mapping(source="s3", uri=art["uri"], secret=S3_SECRET)
+        artifacts = Y.mapping(source="s3", uri=art.uri, secret=S3_SECRET)
     doc = Y.mapping(name=opts.name, backend=opts.backend, gpus=Y.flow(list(opts.gpus)), image=image(opts),
                     artifacts=artifacts, version=opts.version if opts.version != 1 else None)
     header = "kubectl-triton model metadata."
@@ -866,6 +856,11 @@ def deployment_patch(opts: Options, triton_models: list[str]) -> str:
     return Y.dumps(doc)
 
 
+def artifact_volume_patch(opts: Options) -> str:
+    """overlays/NAME/model/artifact-volume.yaml: the artifacts volume as the model's OCI image, read-only."""
+    return volume_patch(opts.name, parse_artifact(opts.artifact, opts.name))
+
+
 def component_kustomization(opts: Options, model_files: list[str], layout: Layout = DEFAULT_LAYOUT) -> str:
     """overlays/NAME/model/kustomization.yaml: the model Component (model-config ConfigMap, Deployment patch)."""
     name = opts.name
@@ -876,10 +871,12 @@ def component_kustomization(opts: Options, model_files: list[str], layout: Layou
     generators = Y.seq([Y.mapping(name="model-config", files=Y.seq(
         f"{rel.replace('/', '__')}={models}/{rel}" for rel in model_files))])
     art = parse_artifact(opts.artifact, name)
-    if art["source"] == "s3":
+    if art.source == "s3":
         generators.append(Y.mapping(name="artifact-source", literals=Y.seq(
-            [f"ARTIFACTS_URI={art['uri']}", f"ARTIFACTS_DIR={artifacts_dir(opts)}"])))
+            [f"ARTIFACTS_URI={art.uri}", f"ARTIFACTS_DIR={artifacts_dir(opts)}"])))
     patches = Y.seq([Y.mapping(path="deployment.yaml", target=Y.mapping(kind="Deployment"))])
+    if art.source == "oci":
+        patches.append(Y.mapping(path=artifacts_mod.VOLUME_PATCH, target=Y.mapping(kind="Deployment")))
     if opts.frontend == "openai":
         port = Y.mapping(op="add", path="/spec/ports/-",
                          value=Y.mapping(name="openai", port=OPENAI_PORT, targetPort="openai"))
@@ -915,7 +912,7 @@ def serving_kustomization(opts: Options, gpu: str, layout: Layout = DEFAULT_LAYO
         return Layout.reference(here, to)
 
     components = Y.seq([ref(layout.overlay_dir(opts.name, MODEL_COMPONENT)), ref(layout.gpu_component(gpu))])
-    if parse_artifact(opts.artifact, opts.name)["source"] == "s3":
+    if parse_artifact(opts.artifact, opts.name).source == "s3":
         components.append(ref(layout.shared_component("artifacts/s3")))
     if opts.autoscaler == "keda":  # scale to zero: a KEDA ScaledObject instead of the base HPA
         components.append(ref(layout.shared_component("autoscaling/keda")))
@@ -1056,7 +1053,7 @@ def model_files(opts: Options, facts: RepoFacts) -> dict[str, str]:
         return files
     if opts.backend == "vllm":
         name = triton_name(opts.name)
-        path = opts.llm.hf_model or f"/artifacts/{parse_artifact(opts.artifact, opts.name)['path']}/hf"
+        path = opts.llm.hf_model or f"{parse_artifact(opts.artifact, opts.name).pod_dir}/hf"
         files[f"{name}/config.pbtxt"] = _dump(scaffold_vllm.config(name, _schema()),
                                               f"vLLM backend: the engine arguments are in {opts.version}/"
                                               f"{scaffold_vllm.MODEL_JSON}; weights from {path}.")
@@ -1080,7 +1077,8 @@ def model_files(opts: Options, facts: RepoFacts) -> dict[str, str]:
     config = single_config(opts)
     name = config.name
     art = parse_artifact(opts.artifact, opts.name)
-    where = f"{art['uri']}/{name}" if art["source"] == "s3" else f"/artifacts/{art['path']}/{name}"
+    where = f"{art.uri}/{name}" if art.source == "s3" else f"the image {art.reference}: {art.path}/{name}" \
+        if art.source == "oci" else f"/artifacts/{art.path}/{name}"
     comment = {
         "python": f"Python backend model: {opts.version}/model.py below (a starting point that answers zeros).",
     }.get(opts.backend, f"{opts.backend} model; the model file ({opts.version}/{MODEL_FILES[opts.backend]}) "
@@ -1105,6 +1103,9 @@ def render(opts: Options, facts: RepoFacts) -> dict[str, str]:
     files[f"{component}/kustomization.yaml"] = component_kustomization(opts, list(inner), layout)
     triton_models = {rel.split("/", 1)[0] for rel in inner if rel.endswith("/config.pbtxt")}
     files[f"{component}/deployment.yaml"] = deployment_patch(opts, sorted(triton_models))
+    oci = parse_artifact(opts.artifact, name).source == "oci"
+    if oci:
+        files[f"{component}/{artifacts_mod.VOLUME_PATCH}"] = artifact_volume_patch(opts)
     flux_dir = layout.cluster_models_dir(facts.cluster)
     entries = []
     for index, gpu in enumerate(opts.gpus):
@@ -1115,7 +1116,7 @@ def render(opts: Options, facts: RepoFacts) -> dict[str, str]:
             # registered here would fight the first. Further --gpu overlays are for other clusters.
             continue
         depends: tuple[str, ...] = ()
-        if opts.backend == "tensorrtllm":
+        if opts.backend == "tensorrtllm" and not oci:  # an image carries its engines prebuilt
             build = f"{name}-{gpu}{ENGINE_BUILD_SUFFIX}"
             build_dir = layout.overlay_dir(name, f"{gpu}{ENGINE_BUILD_SUFFIX}")
             files[f"{build_dir}/kustomization.yaml"] = engine_build_kustomization(opts, gpu, layout)

@@ -37,8 +37,9 @@ MONITORING_NAMESPACE = "monitoring"
 TRITON_CONTAINER = "tritonserver"
 INFERENCE_PORTS = {"http": 8000, "grpc": 8001}
 METRICS_PORTS = {"metrics": 8002}
-# Pod Security Standards "restricted": the only volume types allowed.
-RESTRICTED_VOLUMES = {"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim",
+# Pod Security Standards "restricted": the only volume types allowed (k8s.io/pod-security-admission 0.35,
+# policy/check_restrictedVolumes.go: `image` among them).
+RESTRICTED_VOLUMES = {"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "image", "persistentVolumeClaim",
                       "projected", "secret"}
 
 CODES = {
@@ -67,7 +68,7 @@ _FIXES = {
     "ReadOnlyRootFilesystem": "readOnlyRootFilesystem: true, with emptyDir volumes where the container writes",
     "HostNamespaces": "remove hostNetwork/hostPID/hostIPC",
     "HostPort": "remove hostPort; expose the port through a Service",
-    "VolumeType": "use configMap, secret, emptyDir, PVC, projected, csi, downwardAPI or ephemeral volumes",
+    "VolumeType": "use configMap, secret, emptyDir, PVC, projected, csi, downwardAPI, ephemeral or image volumes",
     "ServiceAccountToken": "automountServiceAccountToken: false",
     "NetworkPolicyMissing": "include base/triton's NetworkPolicy (or your own) selecting the Triton pods",
     "NetworkPolicyOpen": "admit 8000/8001 only from namespaces labelled triton.kubectl.io/client",

@@ -103,6 +103,7 @@ def command(model: str, name: str, adapter_config: Path, path_in_pod: str | None
     }
     apply_plan(repo.root, Plan(files), dry_run)
     if not dry_run:
-        click.echo(f"next: put the adapter's weights in {new_multi[name]} (the artifact store) and open a pull "
-                   "request; clients select it with {\"lora_name\": \"" + name + "\"} in sampling_parameters",
-                   err=True)
+        where = "the model's OCI image (kubectl triton package-model)" if artifacts.get("source") == "oci" \
+            else "the artifact store"
+        click.echo(f"next: put the adapter's weights in {new_multi[name]} ({where}) and open a pull request; "
+                   "clients select it with {\"lora_name\": \"" + name + "\"} in sampling_parameters", err=True)

@@ -24,8 +24,9 @@ LIST_FORMATS = ("text", "json", "yaml", "markdown")
               help="Also load every model repository in the real tritonserver (python-backend shadows).")
 @output_option(FORMATS + ("markdown",), "text (default), json, yaml, or github (workflow commands + step summary); "
                "with --list-checks also markdown.")
-@click.option("--kubernetes-version", default=schemas.DEFAULT_KUBERNETES_VERSION, show_default=True,
-              help="Kubernetes version whose schemas built-in objects must satisfy.")
+@click.option("--kubernetes-version", default=None,
+              help="Kubernetes version whose schemas built-in objects must satisfy (default: each cluster's, from "
+                   f"kubectl-triton.yaml `kubernetes:`, else {schemas.DEFAULT_KUBERNETES_VERSION}).")
 @click.option("--no-compat", is_flag=True, help="Skip engine-to-GPU compatibility checks.")
 @click.option("--changed-from", "changed_from", metavar="REF", default=None,
               help="Check per-overlay rules only where the change since git REF can reach (cluster-wide checks "
@@ -45,7 +46,7 @@ LIST_FORMATS = ("text", "json", "yaml", "markdown")
 @click.option("--list-checks", is_flag=True, help="List every check (code, severity, scope, description) and exit.")
 @click.pass_context
 def command(ctx: click.Context, repo_dir: Path | None, with_triton: bool, output: str | None,
-            kubernetes_version: str, no_compat: bool, changed_from: str | None, no_cache: bool,
+            kubernetes_version: str | None, no_compat: bool, changed_from: str | None, no_cache: bool,
             with_server: bool, kubeconfig: str | None, kube_context: str | None, crd_dir: Path | None,
             list_checks: bool) -> None:
     """Render every overlay and Flux path, check schemas, model configurations (ensembles included),
@@ -61,7 +62,7 @@ def command(ctx: click.Context, repo_dir: Path | None, with_triton: bool, output
     output = output_format(ctx, output, FORMATS)
     if repo_dir is not None and not repo_dir.exists():
         raise InputError(f"{repo_dir}: no such directory")
-    if not schemas.supported_version(kubernetes_version):
+    if kubernetes_version is not None and not schemas.supported_version(kubernetes_version):
         raise InputError(f"--kubernetes-version {kubernetes_version}: no bundled schemas for that version")
     repository = Repository.find(repo_dir, tolerant=True)  # malformed files are findings, not exit 2
     root = repository.root
