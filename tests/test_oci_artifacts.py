@@ -20,6 +20,7 @@ import pytest
 from ruamel.yaml import YAML
 
 from kubectl_triton.adapters import kustomize, oci
+from kubectl_triton.adapters.tritonserver import free_ports
 from kubectl_triton.errors import InputError
 from kubectl_triton.formats import schemas, yamlio
 from kubectl_triton.gitops import artifacts
@@ -244,7 +245,7 @@ def test_package_push_pull_assemble_and_load(repo_copy, run_cli, tmp_path, insta
 
 
 def test_push_to_an_unreachable_registry_writes_nothing(repo_copy, run_cli, tmp_path):
-    (port,) = __import__("kubectl_triton.adapters.tritonserver", fromlist=["free_ports"]).free_ports(1)
+    (port,) = free_ports(1)
     result = run_cli("add-model", "add-sub", "--backend", "python", "--gpu", "l4", "--artifact",
                      f"oci://127.0.0.1:{port}/models/add-sub:v1", "--repo", str(repo_copy))
     assert result.exit_code == 0, result.stderr

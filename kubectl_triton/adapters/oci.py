@@ -70,7 +70,7 @@ def _json_blob(media_type: str, doc: dict) -> Blob:
     return Blob(media_type, "sha256:" + hashlib.sha256(data).hexdigest(), len(data), data=data)
 
 
-def _walk(folder: Path, top: Path) -> Iterator[Path]:
+def _walk(top: Path) -> Iterator[Path]:
     """`top` and everything below it, sorted; a symlink or special file is refused (an image volume would carry
     a link into the node's file system, or nothing)."""
     mode = top.lstat().st_mode
@@ -79,7 +79,7 @@ def _walk(folder: Path, top: Path) -> Iterator[Path]:
     yield top
     if stat.S_ISDIR(mode):
         for child in sorted(top.iterdir(), key=lambda p: p.name):
-            yield from _walk(folder, child)
+            yield from _walk(child)
 
 
 def _tar_info(path: Path, name: str) -> tarfile.TarInfo:
@@ -101,7 +101,7 @@ def _layer(folder: Path, entry: Path, prefix: str, work: Path, files: dict[str, 
         parts = [p for p in prefix.split("/") if p]
         for depth in range(1, len(parts) + 1):
             tar.addfile(_tar_info(folder, "/".join(parts[:depth])))
-        for path in _walk(folder, entry):
+        for path in _walk(entry):
             name = "/".join([*parts, path.relative_to(folder).as_posix()])
             info = _tar_info(path, name)
             if info.isdir():

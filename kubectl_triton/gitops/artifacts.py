@@ -45,7 +45,11 @@ class OciReference:
     @property
     def pinned(self) -> str:
         """The reference pinned to its digest only (the tag dropped: the digest decides what kubelet pulls)."""
-        return f"{self.host}/{self.repository}@{self.digest}" if self.digest else str(self)
+        return str(self.untagged)
+
+    @property
+    def untagged(self) -> OciReference:
+        return OciReference(self.host, self.repository, None, self.digest) if self.digest else self
 
     def with_digest(self, digest: str) -> OciReference:
         return OciReference(self.host, self.repository, self.tag, digest)
@@ -121,6 +125,12 @@ def from_metadata(meta: dict[str, Any], name: str) -> Artifact:
     if source == "s3":
         return Artifact("s3", path=name, uri=str(art.get("uri") or ""))
     return Artifact("pvc", path=str(art.get("path") or name))
+
+
+def metadata_entry(artifact: Artifact) -> dict[str, Any]:
+    """model.yaml's `artifacts:` for an OCI source."""
+    return {"source": "oci", "reference": str(artifact.reference), "pullPolicy": artifact.pull_policy,
+            "path": artifact.path}
 
 
 def volume_source(artifact: Artifact) -> dict[str, Any]:

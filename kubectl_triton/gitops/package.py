@@ -46,9 +46,8 @@ def layout_document(layout: ArtifactLayout) -> Any:
 def plan_package(name: str, art: Artifact, layout: ArtifactLayout, pull_policy: str, *, metadata_rel: str,
                  metadata_text: str, component_rel: str, component_text: str, models_rel: str) -> dict[str, str]:
     """Repository-relative path -> content of every file package-model writes for model `name`."""
-    pinned = artifacts.parse_reference(layout.reference.pinned)
-    image = Artifact("oci", path=art.path, reference=pinned, pull_policy=pull_policy)
-    entry = Y.mapping(source="oci", reference=str(pinned), pullPolicy=pull_policy, path=art.path)
+    image = Artifact("oci", path=art.path, reference=layout.reference.untagged, pull_policy=pull_policy)
+    entry = Y.mapping(**artifacts.metadata_entry(image))
     return {
         f"{models_rel}/{artifacts.LAYOUT_FILE}": layout_text(layout, name),
         metadata_rel: set_key(metadata_text, "artifacts", entry, metadata_rel),

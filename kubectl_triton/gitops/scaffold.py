@@ -784,7 +784,7 @@ def model_yaml(opts: Options) -> str:
     if art.source == "pvc":
         artifacts = Y.mapping(source="pvc", claim=ARTIFACTS_CLAIM, path=art.path)
     elif art.source == "oci":
-        artifacts = Y.mapping(source="oci", reference=str(art.reference), pullPolicy=art.pull_policy, path=art.path)
+        artifacts = Y.mapping(**artifacts_mod.metadata_entry(art))
         Y.comment(artifacts, "reference", "Mounted read-only at /artifacts as an image volume (docs/oci-artifacts.md), "
                   f"the model's files under path/;\n{artifacts_mod.LAYOUT_FILE} lists them (kubectl triton "
                   "package-model writes it).", 2)

@@ -201,7 +201,6 @@ def _version_findings(volume: str, where: list[clusterversions.Placement], rel: 
 def check(root: Path, targets: list[Any]) -> list[Finding]:
     """validate's hook: every image volume of every rendered pod template."""
     repository = Repository.at(root, tolerant=True)
-    overlays = repository.layout.overlays
     where = clusterversions.placements(root, targets)
     out: list[Finding] = []
     layouts: dict[str, tuple[artifacts.ArtifactLayout | None, Finding | None]] = {}
@@ -214,16 +213,16 @@ def check(root: Path, targets: list[Any]) -> list[Finding]:
                 for volume in template.spec.get("volumes") or []:
                     if not isinstance(volume, dict) or not isinstance(volume.get("image"), dict):
                         continue
-                    out.extend(_volume(root, target, obj, oid, template.spec, volume, where.get(target.path) or [],
-                                       overlays, layouts))
+                    out.extend(_volume(root, repository, target, obj, oid, template.spec, volume,
+                                       where.get(target.path) or [], layouts))
     for found in layouts.values():
         if found[1] is not None:
             out.append(found[1])
     return list(dict.fromkeys(out))
 
 
-def _volume(root: Path, target: Any, obj: dict, oid: str, template: dict, volume: dict,
-            where: list[clusterversions.Placement], overlays: str,
+def _volume(root: Path, repository: Repository, target: Any, obj: dict, oid: str, template: dict, volume: dict,
+            where: list[clusterversions.Placement],
             layouts: dict[str, tuple[artifacts.ArtifactLayout | None, Finding | None]]) -> Iterator[Finding]:
     name = str(volume.get("name"))
     text = volume["image"].get("reference")
@@ -240,9 +239,9 @@ def _volume(root: Path, target: Any, obj: dict, oid: str, template: dict, volume
             f"volume {name} mounts {reference} by tag (pullPolicy {policy}): nodes may hold different images under "
             "it; pin @sha256:...", path=rel, object=oid)
     model = workloads.labels(obj).get(INSTANCE_LABEL)
-    if model is None or obj.get("kind") not in workloads.SERVING_KINDS or not rel.startswith(f"{overlays}/"):
+    if model is None or obj.get("kind") not in workloads.SERVING_KINDS or \
+            not rel.startswith(f"{repository.layout.overlays}/"):
         return
-    repository = Repository.at(root, tolerant=True)
     found = repository.model(model)
     if found is None:
         return

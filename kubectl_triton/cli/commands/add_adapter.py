@@ -45,6 +45,7 @@ def command(model: str, name: str, adapter_config: Path, path_in_pod: str | None
     from kubectl_triton.formats.yamledit import add_generator_file
     from kubectl_triton.formats.yamlio import load_all_shared
     from kubectl_triton.gitops import lora
+    from kubectl_triton.gitops.artifacts import from_metadata
     from kubectl_triton.gitops.model import MODEL_COMPONENT, Layout, Repository
     from kubectl_triton.gitops.scaffold import Plan
 
@@ -83,13 +84,11 @@ def command(model: str, name: str, adapter_config: Path, path_in_pod: str | None
     if not limits:
         raise InputError(f"{repo.relative(found.metadata_file)}: the image {meta.get('image')} carries vLLM "
                          f"{vllm or 'of an unknown version'}, whose accepted LoRA ranks are not bundled")
-    artifacts: dict = meta["artifacts"] if isinstance(meta.get("artifacts"), dict) else {}
-    store = f"/artifacts/{artifacts.get('path') or model}" if artifacts.get("source", "pvc") == "pvc" \
-        else f"/artifacts/{model}"
+    source = from_metadata(meta, model)
     new_args, new_multi = lora.plan_adapter(
         name=name, adapter=adapter, engine_args=engine_args, multi_lora=multi, others=others,
-        pod_dir=path_in_pod or f"{store}/loras/{name}", ranks=list(limits["max_lora_ranks"]), max_loras=max_loras,
-        force=force)
+        pod_dir=path_in_pod or f"{source.pod_dir}/loras/{name}", ranks=list(limits["max_lora_ranks"]),
+        max_loras=max_loras, force=force)
     layout: Layout = repo.layout
     component = layout.overlay_dir(model, MODEL_COMPONENT)
     kfile = f"{component}/kustomization.yaml"
@@ -103,7 +102,7 @@ def command(model: str, name: str, adapter_config: Path, path_in_pod: str | None
     }
     apply_plan(repo.root, Plan(files), dry_run)
     if not dry_run:
-        where = "the model's OCI image (kubectl triton package-model)" if artifacts.get("source") == "oci" \
+        where = "the model's OCI image (kubectl triton package-model)" if source.source == "oci" \
             else "the artifact store"
         click.echo(f"next: put the adapter's weights in {new_multi[name]} ({where}) and open a pull request; "
                    "clients select it with {\"lora_name\": \"" + name + "\"} in sampling_parameters", err=True)
