@@ -83,9 +83,10 @@ def test_add_adapter_input_errors_name_the_file(run_cli, repo_copy: Path, tmp_pa
     bad.write_text('{"r": "eight"}')
     result = run_cli("add-adapter", "qwen25-7b", "x", "--adapter-config", str(bad), "--repo", str(repo_copy))
     assert result.exit_code == 2 and f"{bad}: r (the LoRA rank) must be a positive integer" in result.stderr
-    result = run_cli("add-adapter", "llama3-8b", "x", "--adapter-config", str(_adapter(tmp_path)),
+    result = run_cli("add-adapter", "image-classifier", "x", "--adapter-config", str(_adapter(tmp_path)),
                      "--repo", str(repo_copy))
-    assert result.exit_code == 2 and "add-adapter scaffolds adapters for Triton's vLLM backend" in result.stderr
+    assert result.exit_code == 2 and "models/image-classifier/model.yaml: backend 'onnxruntime': add-adapter " \
+        "scaffolds adapters for Triton's vLLM and TensorRT-LLM backends" in result.stderr
     assert _add(run_cli, repo_copy, tmp_path).exit_code == 0
     again = _add(run_cli, repo_copy, tmp_path)
     assert again.exit_code == 2 and "adapter 'sql' exists already" in again.stderr

@@ -70,6 +70,10 @@ def main() -> int:
     for option in ("max_batch_size", "max_input_len", "max_seq_len", "max_num_tokens"):
         if engine.get(option) is not None:
             build += [f"--{option}", str(engine[option])]
+    lora = engine.get("lora")
+    if lora:  # adapters are served (kubectl triton add-adapter): the LoRA plugin, its rank and modules
+        build += ["--lora_plugin", "auto", "--max_lora_rank", str(lora["max_rank"]),
+                  "--lora_target_modules", *lora["target_modules"]]
     print("+", " ".join(build), flush=True)
     subprocess.run(build, check=True)
     here = os.path.dirname(os.path.abspath(__file__))

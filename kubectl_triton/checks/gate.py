@@ -23,6 +23,8 @@ from kubectl_triton.checks.manifests import (
     convergence,
     enginebuild,
     gpufacts,
+    lora_trtllm,
+    modelrewrites,
     monitoring,
     multinode,
     practices,
@@ -118,7 +120,8 @@ CHECK_INPUT = register(
 # Repository-wide checks: check(root, targets) -> findings. LOCAL ones judge each folder on its own (so
 # --changed-from runs them on the affected folders only); the others need every folder of a cluster.
 LOCAL_CHECKS = (security.check, artifacts.check)
-CLUSTER_CHECKS = (enginebuild.check, routes.check, monitoring.check, multinode.check)
+CLUSTER_CHECKS = (enginebuild.check, routes.check, monitoring.check, multinode.check, lora_trtllm.check,
+                  modelrewrites.check)
 
 
 

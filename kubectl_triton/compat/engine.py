@@ -60,6 +60,9 @@ class EngineInfo:
     rank_bytes: dict[int, int] = field(default_factory=dict)
     cluster_key: str | None = None   # build_config.auto_parallel_config.cluster_key: a hint only
     build_info: BuildInfo | None = None
+    lora_plugin: str | None = None   # build_config.plugin_config.lora_plugin: None when built without LoRA
+    max_lora_rank: int | None = None  # build_config.lora_config
+    lora_target_modules: tuple[str, ...] = ()
 
     @property
     def world_size(self) -> int:
@@ -145,6 +148,9 @@ def _parse_current(doc: dict[str, Any], source: str) -> EngineInfo:
     if max_seq is None and max_input is not None and max_output is not None:
         max_seq = max_input + max_output  # 0.8-0.10 wrote max_output_len
     auto = _obj(build, "auto_parallel_config", source, "build_config.")
+    plugins = _obj(build, "plugin_config", source, "build_config.")
+    lora = _obj(build, "lora_config", source, "build_config.")
+    modules = lora.get("lora_target_modules")
     return EngineInfo(
         source=source, format="current", version=_none_if_null(doc.get("version")),
         tensorrt_version=None, architecture=_none_if_null(pre.get("architecture")),
@@ -156,7 +162,9 @@ def _parse_current(doc: dict[str, Any], source: str) -> EngineInfo:
         max_seq_len=max_seq, max_num_tokens=_int(build.get("max_num_tokens")),
         num_layers=_int(pre.get("num_hidden_layers")),
         num_kv_heads=_int(pre.get("num_key_value_heads")) or heads, head_size=head_size,
-        cluster_key=_none_if_null(auto.get("cluster_key")))
+        cluster_key=_none_if_null(auto.get("cluster_key")),
+        lora_plugin=_none_if_null(plugins.get("lora_plugin")), max_lora_rank=_int(lora.get("max_lora_rank")),
+        lora_target_modules=tuple(m for m in modules if isinstance(m, str)) if isinstance(modules, list) else ())
 
 
 def legacy_quant(quant_mode: int, int8: bool = False) -> tuple[str | None, str | None]:

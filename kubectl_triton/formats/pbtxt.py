@@ -189,6 +189,59 @@ def splice(text: str, names: tuple[str, ...], block: str, *, lines: bool = False
     return text[:at + 1] + line + text[at + 1:]
 
 
+def one_line(message: Any) -> str:
+    """A protobuf message's fields on one line, as `{ ... }` (the value of a repeated message field)."""
+    from google.protobuf import text_format
+
+    return "{ " + text_format.MessageToString(message, as_utf8=True, as_one_line=True) + " }"
+
+
+def _line_indent(text: str, offset: int) -> str:
+    start = text.rfind("\n", 0, offset) + 1
+    line = text[start:offset]
+    return line[:len(line) - len(line.lstrip())]
+
+
+def add_message(text: str, name: str, value: str, within: Node | None = None) -> str:
+    """`text` with one more occurrence of the repeated message field `name` (`value` from `one_line`), after its
+    last occurrence among the top-level fields or `within`'s: inside its `[ ... ]` list where it is written as
+    one, else on a line of its own. Where the field is absent it goes last (inside `within`). Callers parse the
+    result."""
+    level = within.children if within is not None else tree(text)
+    found = [n for n in level if n.name == name]
+    if found:
+        last = found[-1]
+        at = last.end + 1
+        indent = _line_indent(text, last.start)
+        if text[last.start] in "{<":  # an element of `name [ {...}, {...} ]`
+            return text[:at] + ",\n" + indent + value + text[at:]
+        return text[:at] + "\n" + indent + f"{name} {value}" + text[at:]
+    if within is not None:
+        indent = _line_indent(text, within.start) + "  "
+        at = text.rfind("\n", 0, within.end) + 1 if text[:within.end].rstrip(" ").endswith("\n") else within.end
+        return text[:at] + indent + f"{name} {value}\n" + text[at:]
+    return text + ("" if text.endswith("\n") or not text else "\n") + f"{name} [\n  {value}\n]\n"
+
+
+def set_parameter(text: str, key: str, value: str) -> str:
+    """`text` with the top-level `parameters` entry `key` set to the string `value`: replaced where it stands,
+    else added after the last entry. Callers parse the result."""
+    param = schema().ModelConfig().parameters[key]
+    param.string_value = value
+    entry = "{ key: " + _quote(key) + " value { string_value: " + _quote(value) + " } }"
+    for node in tree(text):
+        if node.name == "parameters" and node.child_value("key") == key:
+            start = node.start if text[node.start] in "{<" else text.find("{", node.start)
+            return text[:start] + entry + text[node.end + 1:]
+    return add_message(text, "parameters", entry)
+
+
+def _quote(value: str) -> str:
+    from google.protobuf import text_encoding
+
+    return '"' + text_encoding.CEscape(value, as_utf8=True) + '"'
+
+
 # ---- positions: where a field of a pbtxt text stands, from the same tokens the span editor reads ---------------
 
 @dataclass
@@ -245,6 +298,7 @@ def _fields(sig: list[tuple[int, str]], i: int, closer: str) -> tuple[list[Node]
                         out.pop()
                     child = Node(node.name, sig[i][0])
                     child.children, i = _fields(sig, i + 1, "}" if sig[i][1] == "{" else ">")
+                    child.end = sig[i - 1][0]
                     out.append(child)
                     continue
                 if sig[i][1] != ",":

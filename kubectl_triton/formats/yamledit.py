@@ -235,6 +235,22 @@ def set_key(text: str, key: str, value: Any, source: str = "model.yaml") -> str:
     return preamble + _dump(yaml, doc)
 
 
+def set_in(text: str, path: tuple[str, ...], value: Any, source: str = "model.yaml") -> str:
+    """`text` with the mapping entry at `path` (e.g. ("engine", "lora")) set to `value`; every mapping above it must
+    exist. Round trip, so everything else stays as written."""
+    preamble, body = _split_preamble(text)
+    yaml, doc = _yaml(body, source)
+    parent = doc
+    for key in path[:-1]:
+        parent = parent.get(key) if isinstance(parent, dict) else None
+        if not isinstance(parent, dict):
+            raise InputError(f"{source}: no {'.'.join(path[:-1])} mapping to set {path[-1]} in")
+    if parent.get(path[-1]) == value:
+        return text
+    parent[path[-1]] = value
+    return preamble + _dump(yaml, doc)
+
+
 def add_patch(text: str, path: str, kind: str, source: str = "kustomization.yaml") -> str:
     """`text` with a `patches` entry for the file `path` targeting `kind` (unchanged when one names the file)."""
     from ruamel.yaml.comments import CommentedMap, CommentedSeq

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -25,29 +26,28 @@ def _read(path: Path, what: str) -> str:
 @click.argument("name")
 @click.option("--adapter-config", type=click.Path(path_type=Path), required=True,
               help="The adapter's PEFT adapter_config.json (rank r, target_modules, base_model_name_or_path).")
-@click.option("--path-in-pod", help="The adapter's folder in the serving pod (default: ARTIFACTS/loras/NAME, "
+@click.option("--path-in-pod", help="vLLM: the adapter's folder in the serving pod (default: ARTIFACTS/loras/NAME, "
                                     "the model's artifact store).")
-@click.option("--max-loras", type=int, help="Adapters one batch may mix (vLLM max_loras; default 1).")
+@click.option("--max-loras", type=int, help="Adapters one batch may mix (vLLM max_loras; default 1; vLLM only).")
 @click.option("--dry-run", is_flag=True, help="Print the files it would write; write nothing.")
 @click.option("--force", is_flag=True, help="Replace an adapter of that name.")
 @click.option("--repo", "repo_dir", type=click.Path(path_type=Path), default=None,
               help="Repository root (default: the nearest parent holding overlays/).")
 def command(model: str, name: str, adapter_config: Path, path_in_pod: str | None, max_loras: int | None,
             dry_run: bool, force: bool, repo_dir: Path | None) -> None:
-    """Add LoRA adapter NAME to MODEL, a model on Triton's vLLM backend: its adapter_config.json under
-    models/MODEL/adapters/NAME/, enable_lora and a max_lora_rank that holds every adapter in model.json, the
-    adapter in multi_lora.json, and that file in the model's ConfigMap. The weights stay in the artifact
-    store (ARTIFACTS/loras/NAME). Clients select it with {"lora_name": "NAME"} in sampling_parameters.
+    """Add LoRA adapter NAME to MODEL, reviewed in git as models/MODEL/adapters/NAME/adapter_config.json.
+
+    \b
+    vLLM backend: enable_lora and a max_lora_rank that holds every adapter in model.json, the adapter in
+    multi_lora.json (and that file in the model's ConfigMap); weights in ARTIFACTS/loras/NAME; clients select it
+    with {"lora_name": "NAME"} in sampling_parameters.
+    TensorRT-LLM backend: a LoRA task id in models/MODEL/adapters/tasks.json, model.yaml engine.lora (the LoRA
+    plugin's max rank and target modules: a change means an engine rebuild), lora_prefetch_dir and the
+    lora_task_id input in the tensorrt_llm and ensemble configs; converted weights in ARTIFACTS/loras/TASK_ID;
+    clients select it with the lora_task_id input.
     Exit 2 (nothing written) for bad input."""
-    from kubectl_triton.checks.manifests.gpufacts import release
-    from kubectl_triton.checks.manifests.vllm import vllm_models, vllm_version
-    from kubectl_triton.compat.data import load
-    from kubectl_triton.formats.yamledit import add_generator_file
     from kubectl_triton.formats.yamlio import load_all_shared
-    from kubectl_triton.gitops import lora
-    from kubectl_triton.gitops.artifacts import from_metadata
-    from kubectl_triton.gitops.model import MODEL_COMPONENT, Layout, Repository
-    from kubectl_triton.gitops.scaffold import Plan
+    from kubectl_triton.gitops.model import Repository
 
     repo = Repository.find(repo_dir)
     found = repo.model(model)
@@ -55,9 +55,32 @@ def command(model: str, name: str, adapter_config: Path, path_in_pod: str | None
         raise InputError(f"no model {model!r} under {repo.layout.models}/")
     docs = load_all_shared(found.metadata_file) if found.metadata_file.is_file() else []
     meta = docs[0] if docs and isinstance(docs[0], dict) else {}
-    if meta.get("backend") != "vllm":
-        raise InputError(f"{repo.relative(found.metadata_file)}: backend {meta.get('backend')!r}: add-adapter "
-                         "scaffolds adapters for Triton's vLLM backend")
+    text = _read(adapter_config, "a PEFT adapter_config.json")
+    backend = meta.get("backend")
+    if backend == "vllm":
+        _vllm(repo, found, meta, model, name, text, adapter_config, path_in_pod, max_loras, dry_run, force)
+    elif backend == "tensorrtllm":
+        for option, value in (("--path-in-pod", path_in_pod), ("--max-loras", max_loras)):
+            if value is not None:
+                raise click.UsageError(f"{option}: for vLLM-backend models only")
+        _tensorrtllm(repo, found, meta, model, name, text, adapter_config, dry_run, force)
+    else:
+        raise InputError(f"{repo.relative(found.metadata_file)}: backend {backend!r}: add-adapter scaffolds "
+                         "adapters for Triton's vLLM and TensorRT-LLM backends")
+
+
+def _vllm(repo: Any, found: Any, meta: dict[str, Any], model: str, name: str, text: str, adapter_config: Path,
+          path_in_pod: str | None, max_loras: int | None, dry_run: bool, force: bool) -> None:
+    """The vLLM backend's adapter (gitops/lora.py)."""
+    from kubectl_triton.checks.manifests.gpufacts import release
+    from kubectl_triton.checks.manifests.vllm import vllm_models, vllm_version
+    from kubectl_triton.compat.data import load
+    from kubectl_triton.formats.yamledit import add_generator_file
+    from kubectl_triton.gitops import lora
+    from kubectl_triton.gitops.artifacts import from_metadata
+    from kubectl_triton.gitops.model import MODEL_COMPONENT, Layout
+    from kubectl_triton.gitops.scaffold import Plan
+
     served = vllm_models(found.path)
     if not served:
         raise InputError(f"{repo.relative(found.path)}: no Triton model with backend \"vllm\"")
@@ -74,7 +97,6 @@ def command(model: str, name: str, adapter_config: Path, path_in_pod: str | None
     multi_path = folder / lora.MULTI_LORA
     multi = lora.read_multi_lora(multi_path.read_text(encoding="utf-8"), repo.relative(multi_path)) \
         if multi_path.is_file() else {}
-    text = _read(adapter_config, "a PEFT adapter_config.json")
     adapter = lora.parse_adapter_config(text, str(adapter_config))
     others = {}
     for path in sorted((found.path / lora.ADAPTERS_DIR).glob(f"*/{lora.ADAPTER_CONFIG}")):
@@ -106,3 +128,65 @@ def command(model: str, name: str, adapter_config: Path, path_in_pod: str | None
             else "the artifact store"
         click.echo(f"next: put the adapter's weights in {new_multi[name]} ({where}) and open a pull request; "
                    "clients select it with {\"lora_name\": \"" + name + "\"} in sampling_parameters", err=True)
+
+
+def _tensorrtllm(repo: Any, found: Any, meta: dict[str, Any], model: str, name: str, text: str,
+                 adapter_config: Path, dry_run: bool, force: bool) -> None:
+    """The TensorRT-LLM backend's adapter (gitops/lora_trtllm.py)."""
+    from kubectl_triton.formats import pbtxt
+    from kubectl_triton.formats.yamledit import set_in
+    from kubectl_triton.gitops import lora, lora_trtllm
+    from kubectl_triton.gitops.artifacts import from_metadata
+    from kubectl_triton.gitops.scaffold import Plan
+
+    meta_rel = repo.relative(found.metadata_file)
+    if not isinstance(meta.get("engine"), dict):
+        raise InputError(f"{meta_rel}: no engine: section; an engine built elsewhere needs trtllm-build --lora_plugin "
+                         "auto --max_lora_rank R --lora_target_modules ... before it can serve adapters")
+    configs = {}
+    for path in sorted(found.path.glob("*/config.pbtxt")):
+        configs[path] = pbtxt.parse(_read(path, "a Triton model configuration"), repo.relative(path))
+    core_path = next((p for p, c in configs.items() if c.backend == "tensorrtllm"), None)
+    if core_path is None:
+        raise InputError(f"{repo.relative(found.path)}: no Triton model with backend \"tensorrtllm\"")
+    core = configs[core_path]
+    core_name = core.name or core_path.parent.name
+    adapter = lora.parse_adapter_config(text, str(adapter_config))
+    others = {}
+    adapters_dir = found.path / lora.ADAPTERS_DIR
+    for path in sorted(adapters_dir.glob(f"*/{lora.ADAPTER_CONFIG}")):
+        others[path.parent.name] = lora.parse_adapter_config(path.read_text(encoding="utf-8"), repo.relative(path))
+    tasks_path = adapters_dir / lora_trtllm.TASKS
+    tasks = lora_trtllm.read_tasks(tasks_path.read_text(encoding="utf-8"), repo.relative(tasks_path)) \
+        if tasks_path.is_file() else {}
+    cache_max = core.parameters[lora_trtllm.MAX_ADAPTER_SIZE].string_value \
+        if lora_trtllm.MAX_ADAPTER_SIZE in core.parameters else None
+    if cache_max is not None and not cache_max.isdigit():
+        raise InputError(f"{repo.relative(core_path)}: {lora_trtllm.MAX_ADAPTER_SIZE} {cache_max!r} is not a number")
+    plan = lora_trtllm.plan_adapter(name=name, adapter=adapter, source=str(adapter_config), engine=meta["engine"],
+                                    tasks=tasks, others=others, cache_max=int(cache_max) if cache_max else None,
+                                    force=force)
+    prefetch = f"{from_metadata(meta, model).pod_dir}/{lora_trtllm.LORA_DIR}"
+    files = {
+        repo.relative(adapters_dir / name / lora.ADAPTER_CONFIG): text,
+        repo.relative(tasks_path): json.dumps(plan.tasks, indent=2) + "\n",
+        meta_rel: set_in(found.metadata_file.read_text(encoding="utf-8"), ("engine", "lora"), plan.lora.as_dict(),
+                         meta_rel),
+    }
+    for path, config in configs.items():
+        before = path.read_text(encoding="utf-8")
+        after = lora_trtllm.wire_core(before, config, prefetch, plan.max_adapter_size) if path == core_path \
+            else lora_trtllm.wire_ensemble(before, config, core_name) if config.platform == "ensemble" else before
+        if after != before:
+            pbtxt.parse(after, repo.relative(path))
+            files[repo.relative(path)] = after
+    apply_plan(repo.root, Plan(files), dry_run)
+    if not dry_run:
+        folder, npy = f"{prefetch}/{plan.task_id}", " and ".join(lora_trtllm.prefetch_files())
+        click.echo(f"next: convert the adapter (hf_lora_convert.py -i ADAPTER -o OUT --storage-type "
+                   f"{meta['engine'].get('dtype', 'float16')}) and put OUT's {npy} in {folder}; clients select it "
+                   f"with lora_task_id {plan.task_id}", err=True)
+        if plan.rebuild:
+            click.echo(f"note: {meta_rel} engine.lora changed (max_rank {plan.lora.max_rank}, "
+                       f"{' '.join(plan.lora.target_modules)}): the engine-build Job rebuilds every engine of "
+                       f"{model} before the serving pods can load the adapter", err=True)
