@@ -82,7 +82,7 @@ def test_route_inferencepool_renders_a_pool_its_picker_and_the_route(tr, repo_co
                 and all(e["key"] in epp_labels for e in src["podSelector"].get("matchExpressions", []))
                 and selects(src["podSelector"].get("matchLabels", {}), epp_labels)]
     assert admitted
-    assert epp["spec"]["template"]["spec"]["containers"][0]["image"].endswith("/epp:v1.0.0")
+    assert epp["spec"]["template"]["spec"]["containers"][0]["image"].endswith("/epp:v1.3.1")
     (httproute,) = of(route, "HTTPRoute")
     assert httproute["spec"]["rules"][0]["backendRefs"] == [
         {"group": "inference.networking.k8s.io", "kind": "InferencePool", "name": "chat", "weight": 100}]

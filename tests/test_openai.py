@@ -11,6 +11,7 @@ real tritonserver serving the generated ensemble (TensorRT-LLM shadowed by the p
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -112,7 +113,7 @@ def test_a_real_tritonserver_takes_the_frontends_request(openai_repo, tmp_path, 
 
 def test_openai_frontend_is_refused_where_it_cannot_serve(run_cli, repo_copy):
     for args, message in ((["--backend", "onnxruntime", "--gpu", "l4", "--frontend", "openai"],
-                           "--frontend openai: only for --backend tensorrtllm"),
+                           "--frontend openai: only for --backend tensorrtllm or vllm"),
                           ([*LLM, "--no-streaming"], "--frontend openai: needs --streaming"),
                           (["--backend", "tensorrtllm", "--gpu", "h100-80gb", "--tp", "8", "--pp", "2", "--nodes", "2",
                             "--frontend", "openai"], "single-node orchestrator mode")):
@@ -133,3 +134,17 @@ def test_validate_refuses_the_frontend_in_a_group():
 
     found = [f for f in multinode.check_groups(REPO, [T()]) if f.code == "MultinodeOpenAIFrontend"]
     assert len(found) == 1 and "single-node orchestrator mode" in found[0].message
+
+
+def test_vllm_model_behind_the_frontend(run_cli, repo_copy):
+    """vLLM: the frontend reads the checkpoint as its tokenizer, no TensorRT-LLM orchestrator, the LoRA separator
+    from 25.05 (the first frontend that takes it)."""
+    res = run_cli("add-model", "assistant", "--backend", "vllm", "--gpu", "l40s", "--frontend", "openai",
+                  "--image-tag", "25.08-vllm-python-py3", "--repo", str(repo_copy))
+    assert res.exit_code == 0, res.stderr
+    container = yamlio.load_all(repo_copy / "overlays/assistant/model/deployment.yaml")[0][
+        "spec"]["template"]["spec"]["containers"][0]
+    assert "--tokenizer=/artifacts/assistant/hf" in container["args"]
+    assert "--lora-separator=_lora_" in container["args"] and "env" not in container
+    assert json.loads((repo_copy / "models/assistant/assistant/1/model.json").read_text())["model"] == \
+        "/artifacts/assistant/hf"

@@ -4,7 +4,8 @@
 # proxy, one wrapper go.mod per group in this folder, CGO_ENABLED=0.
 #
 # Besides the binaries the cache holds, from the same modules: crds/ (the CRD manifests of crds.txt, with each
-# module's LICENSE) and kwok-stages/ (kwok's own node and pod lifecycle stages, which the tests' kwok runs).
+# module's LICENSE), charts/ (the Helm charts of charts.txt) and kwok-stages/ (kwok's own node and pod lifecycle
+# stages, which the tests' kwok runs).
 #
 # Cached: the binaries go to $CACHE/controlplane/<key>/bin, where <key> digests every go.mod, go.sum, this script
 # and the Go version, so a second run with nothing changed takes a second. `build.sh --print-dir` prints that
@@ -13,7 +14,7 @@
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 cache="${KUBECTL_TRITON_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kubectl-triton}"
-# Bump when the way binaries are built changes (flags, names); CRDs are copied afresh by every run.
+# Bump when the way binaries are built changes (flags, names); CRDs and charts are copied afresh when crds.txt or charts.txt changes.
 revision=1
 key="$( (cd "$here" && cat ./*/go.mod ./*/go.sum && go env GOVERSION && echo "$revision") | sha256sum | cut -c1-16)"
 k8s_version="$(awk '$1 == "k8s.io/kubernetes" {print $2; exit}' "$here/kubernetes/go.mod")"
@@ -29,6 +30,7 @@ data() {  # the CRD manifests of crds.txt into $1/crds/<module>/ (with the modul
   mkdir -p "$1/kwok-stages"
   cp -r "$kwok/kustomize/stage/node/fast" "$kwok/kustomize/stage/pod/general" "$kwok/LICENSE" "$1/kwok-stages/"
   chmod -R u+w "$1/kwok-stages"
+  rm -rf "$1/crds"
   grep -v '^#' "$here/crds.txt" | while read -r module folder; do
     [ -n "$module" ] || continue
     dir="$(go mod download -json "$module" | python3 -c 'import json, sys; print(json.load(sys.stdin)["Dir"])')"
@@ -38,9 +40,24 @@ data() {  # the CRD manifests of crds.txt into $1/crds/<module>/ (with the modul
     chmod u+w "$out"/*
     echo "$module $folder" > "$out/SOURCE"
   done
+  cp "$here/crds.txt" "$1/crds/crds.txt"
+  rm -rf "$1/charts"
+  grep -v '^#' "$here/charts.txt" | while read -r module folder; do
+    [ -n "$module" ] || continue
+    dir="$(go mod download -json "$module" | python3 -c 'import json, sys; print(json.load(sys.stdin)["Dir"])')"
+    out="$1/charts/$(basename "$folder")"
+    mkdir -p "$out"
+    cp -r "$dir/$folder"/. "$out/"
+    cp "$dir/LICENSE" "$out/LICENSE"
+    chmod -R u+w "$out"
+    echo "$module $folder" > "$out/SOURCE"
+  done
+  cp "$here/charts.txt" "$1/charts/charts.txt"
 }
 if [ -f "$dest/complete" ]; then
-  [ -d "$dest/crds" ] && [ -d "$dest/kwok-stages" ] || data "$dest"
+  # crds.txt is not part of the key: a changed list refreshes the manifests, not the binaries
+  cmp -s "$here/crds.txt" "$dest/crds/crds.txt" && cmp -s "$here/charts.txt" "$dest/charts/charts.txt" &&
+    [ -d "$dest/kwok-stages" ] || data "$dest"
   echo "control plane: cached in $dest"; exit 0
 fi
 

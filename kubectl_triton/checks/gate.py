@@ -27,6 +27,7 @@ from kubectl_triton.checks.manifests import (
     modelrewrites,
     monitoring,
     multinode,
+    nodecache,
     practices,
     routes,
     security,
@@ -121,7 +122,7 @@ CHECK_INPUT = register(
 # --changed-from runs them on the affected folders only); the others need every folder of a cluster.
 LOCAL_CHECKS = (security.check, artifacts.check)
 CLUSTER_CHECKS = (enginebuild.check, routes.check, monitoring.check, multinode.check, lora_trtllm.check,
-                  modelrewrites.check)
+                  modelrewrites.check, nodecache.check)
 
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -207,3 +208,95 @@ def read_kubernetes(root: Path) -> KubernetesVersions:
     section = (doc or {}).get("kubernetes") or {}
     clusters = tuple(sorted((name, _facts(entry or {})) for name, entry in (section.get("clusters") or {}).items()))
     return KubernetesVersions(_facts(section), clusters)
+
+
+# ---- the layout file's `nodeCache:` section (the node-local cache of model weights, docs/node-cache.md) ----------
+
+NODE_CACHE_LABEL = "triton.kubectl.io/node-cache"  # the default node selector of the cache's local volumes
+_BYTE_UNITS = {"": 1, "Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40, "Pi": 1 << 50, "Ei": 1 << 60,
+               "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18}
+
+
+def byte_quantity(value: Any) -> int | None:
+    """A Kubernetes storage quantity (500Gi, 1.5Ti, 40G, or a byte count) in bytes, rounded up; None when `value`
+    is not one (or is not positive)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value if value > 0 else None
+    text = str(value).strip() if isinstance(value, str) else ""
+    number = text.rstrip("KMGTPEikmgtpe")
+    unit = text[len(number):]
+    if unit not in _BYTE_UNITS or not number or number.count(".") > 1 or not number.replace(".", "").isdigit() \
+            or number.startswith(".") or number.endswith("."):
+        return None
+    whole, _, fraction = number.partition(".")
+    scale = _BYTE_UNITS[unit]
+    exact = int(whole) * scale + (int(fraction) * scale + 10 ** len(fraction) - 1) // 10 ** len(fraction) \
+        if fraction else int(whole) * scale
+    return exact if exact > 0 else None
+
+
+# Folders of the node that the cache must not be (or be inside): kubelet makes a local volume's root group-writable
+# for the pods' fsGroup on its first mount, and the cache's pruning deletes what it finds there.
+_SYSTEM_FOLDERS = re.compile(
+    r"/(proc|sys|dev|etc|boot|bin|sbin|lib|lib32|lib64|libx32|usr|root|run|snap|tmp)(/.*)?"
+    r"|/var(/(lib|cache|log|run|tmp|spool|mail))?"
+    r"|/var/(lib/(kubelet|containerd|docker|etcd|cni|calico|rancher|crio|containers)|log|run)(/.*)?"
+    r"|/(home|opt|srv|mnt|media)")
+
+
+class NodeCacheLayoutError(LayoutError):
+    """`nodeCache:` follows the schema but cannot be used (a system folder as its path, a zero budget)."""
+
+
+@dataclass(frozen=True)
+class NodeCacheSettings:
+    """`nodeCache:`: the folder every cache node holds for the local volumes (`path`), the nodes that hold it
+    (`node_selector`, matchLabels), and the bytes of cached models one node of each GPU type may keep."""
+
+    path: str
+    budget: int
+    budget_text: str
+    node_selector: tuple[tuple[str, str], ...] = ((NODE_CACHE_LABEL, "true"),)
+    gpus: tuple[tuple[str, int, str], ...] = ()  # GPU type, its budget in bytes, as written
+
+    def budget_of(self, gpu: str | None) -> tuple[int, str, str]:
+        """(bytes, as written, where it is declared) of one node of GPU type `gpu`."""
+        for key, size, text in self.gpus:
+            if key == gpu:
+                return size, text, f"nodeCache.gpus.{key}.budget"
+        return self.budget, self.budget_text, "nodeCache.budget"
+
+
+def read_node_cache(root: Path) -> NodeCacheSettings | None:
+    """kubectl-triton.yaml's `nodeCache:` (None when the file or section is absent); LayoutError for a malformed
+    file (the schema refuses a relative path, system folders and malformed quantities)."""
+    loaded = _load_layout(root)
+    doc = loaded[0] if loaded is not None else None
+    section = (doc or {}).get("nodeCache")
+    if not isinstance(section, dict):
+        return None
+    node = loaded[1] if loaded is not None else None
+
+    def size(value: Any, where: list[Any]) -> tuple[int, str]:
+        found = byte_quantity(value)
+        if found is None:  # the schema's pattern admits it; a zero is the one thing left
+            line = _node_line(node, where) if node is not None else None
+            raise NodeCacheLayoutError(LAYOUT_FILE, line, f"{'/'.join(map(str, where))}: {value!r} is not a "
+                                       "positive size")
+        return found, str(value)
+
+    path = str(section["path"]).rstrip("/")
+    if _SYSTEM_FOLDERS.fullmatch(path):
+        raise NodeCacheLayoutError(
+            LAYOUT_FILE, _node_line(node, ["nodeCache", "path"]) if node is not None else None,
+            f"nodeCache/path {path}: a system folder of the node; kubelet would hand it to the pods' group (fsGroup "
+            "1000): give the cache a folder of its own, e.g. /mnt/nvme/triton-node-cache")
+
+    budget, text = size(section["budget"], ["nodeCache", "budget"])
+    gpus = tuple((str(key), *size(entry["budget"], ["nodeCache", "gpus", key, "budget"]))
+                 for key, entry in sorted((section.get("gpus") or {}).items()))
+    selector = section.get("nodeSelector") or {NODE_CACHE_LABEL: "true"}
+    return NodeCacheSettings(path, budget, text,
+                             tuple(sorted((str(k), str(v)) for k, v in selector.items())), gpus)

@@ -26,7 +26,7 @@ from kubectl_triton.formats import pbtxt
 from kubectl_triton.formats import yamldump as Y
 from kubectl_triton.formats.yamledit import edit_resources
 from kubectl_triton.gitops import artifacts as artifacts_mod
-from kubectl_triton.gitops import inferencepool, scaffold_vllm
+from kubectl_triton.gitops import inferencepool, nodecache, scaffold_vllm
 from kubectl_triton.gitops.artifacts import ARTIFACTS_CLAIM, parse_artifact
 from kubectl_triton.gitops.inferencepool import platform_picker
 from kubectl_triton.gitops.layout import confine
@@ -138,6 +138,7 @@ class Options:
     gateway: str = "triton-gateway"  # [NAMESPACE/]NAME of the Gateway the route attaches to
     vllm: scaffold_vllm.VllmOptions = field(default_factory=scaffold_vllm.VllmOptions)
     hf_config: str | None = None  # text of the checkpoint's config.json: models/NAME/config.json + capacity:
+    node_cache: nodecache.Request | None = None  # --node-cache: the S3 files kept on the nodes (docs/node-cache.md)
 
 
 @dataclass(frozen=True)
@@ -303,13 +304,15 @@ def check_options(opts: Options, facts: RepoFacts) -> None:
         raise InputError("--hf-config: only for --backend tensorrtllm or vllm (KV-cache capacity)")
     if opts.backend in ("tensorrtllm", "ensemble", "vllm") and opts.version != 1:
         raise InputError(f"--version: {opts.backend} models have no model files to version")
-    parse_artifact(opts.artifact, opts.name)
+    source = parse_artifact(opts.artifact, opts.name).source
+    if opts.node_cache is not None:
+        nodecache.check_source(source, opts.artifact)
     if opts.frontend not in FRONTENDS:
         raise InputError(f"--frontend {opts.frontend!r}: one of {', '.join(FRONTENDS)}")
-    if opts.frontend == "openai" and opts.backend != "tensorrtllm":
-        raise InputError("--frontend openai: only for --backend tensorrtllm (the frontend turns chat and completion "
-                         "requests into TensorRT-LLM's text_input/text_output)")
-    if opts.frontend == "openai" and not opts.llm.streaming:
+    if opts.frontend == "openai" and opts.backend not in ("tensorrtllm", "vllm"):
+        raise InputError("--frontend openai: only for --backend tensorrtllm or vllm (the frontend turns chat and "
+                         "completion requests into their text_input/text_output)")
+    if opts.frontend == "openai" and opts.backend == "tensorrtllm" and not opts.llm.streaming:
         raise InputError("--frontend openai: needs --streaming (the frontend sends the `stream` input with every "
                          "request)")
     if opts.route not in ROUTES:
@@ -349,8 +352,6 @@ def _check_vllm(opts: Options) -> None:
         raise InputError("--max-batch-size/--dynamic-batching: vLLM batches requests itself (max_batch_size 0)")
     if opts.instances != 1:
         raise InputError("--instances: one vLLM engine per pod (scale with replicas)")
-    if opts.frontend == "openai":
-        raise InputError("--frontend openai: only for --backend tensorrtllm here")
     scaffold_vllm.check(llm.tp, llm.pp, llm.quantization, opts.vllm, llm.nodes)
 
 
@@ -573,6 +574,9 @@ def llm_paths(opts: Options) -> dict[str, str]:
 OPENAI_SAMPLING = {"frequency_penalty": "FP32", "presence_penalty": "FP32", "random_seed": "UINT64"}
 OPENAI_PORT = 9000  # inferencepool.OPENAI_PORT
 OPENAI_MAIN = "/opt/tritonserver/python/openai/openai_frontend/main.py"
+# The frontend's --lora-separator (server v2.58.0 = Triton 25.05; the 24.12 frontend's argparse refuses it): clients
+# select adapter A of Triton model M with "model": "M_lora_A" (gitops/modelrewrite.py, docs/inferencepool.md).
+LORA_SEPARATOR, LORA_SEPARATOR_SINCE = "_lora_", (25, 5)
 
 
 def llm_configs(opts: Options) -> dict[str, Any]:
@@ -790,6 +794,9 @@ def model_yaml(opts: Options) -> str:
                   "package-model writes it).", 2)
     else:
         artifacts = Y.mapping(source="s3", uri=art.uri, secret=S3_SECRET)
+        if opts.node_cache is not None:
+            artifacts.update(nodecache.metadata_entries(opts.node_cache))
+            Y.comment(artifacts, "size", nodecache.METADATA_COMMENT, 2)
     doc = Y.mapping(name=opts.name, backend=opts.backend, gpus=Y.flow(list(opts.gpus)), image=image(opts),
                     artifacts=artifacts, version=opts.version if opts.version != 1 else None)
     header = "kubectl-triton model metadata."
@@ -842,9 +849,13 @@ def deployment_patch(opts: Options, triton_models: list[str]) -> str:
         server["args"] = Y.seq(["--model-repository=/models", f"--tokenizer={paths['tokenizer_dir']}",
                                 f"--openai-port={OPENAI_PORT}", "--enable-kserve-frontends", "--kserve-http-port=8000",
                                 "--kserve-grpc-port=8001"])
+        release = re.match(r"(\d{2})\.(\d{2})(?:$|[-.])", opts.image_tag)
+        if release and (int(release[1]), int(release[2])) >= LORA_SEPARATOR_SINCE:
+            server["args"].append(f"--lora-separator={LORA_SEPARATOR}")
         Y.comment(server, "command", "Triton in-process behind the OpenAI-compatible frontend (docs/openai.md); KServe "
                   "v2 HTTP/gRPC stay on 8000/8001 for probes and status.", 10)
-        server["env"] = Y.seq([Y.mapping(name="TRTLLM_ORCHESTRATOR", value="1")])
+        if opts.backend == "tensorrtllm":
+            server["env"] = Y.seq([Y.mapping(name="TRTLLM_ORCHESTRATOR", value="1")])
         server["ports"] = Y.seq([Y.mapping(name="openai", containerPort=OPENAI_PORT)])
     server.update(startupProbe=probe, resources=Y.mapping(
         requests=Y.mapping(memory="32Gi" if llm else "4Gi"), limits=Y.mapping(memory="64Gi" if llm else "8Gi")))
@@ -873,7 +884,8 @@ def component_kustomization(opts: Options, model_files: list[str], layout: Layou
     art = parse_artifact(opts.artifact, name)
     if art.source == "s3":
         generators.append(Y.mapping(name="artifact-source", literals=Y.seq(
-            [f"ARTIFACTS_URI={art.uri}", f"ARTIFACTS_DIR={artifacts_dir(opts)}"])))
+            [f"ARTIFACTS_URI={art.uri}", f"ARTIFACTS_DIR={artifacts_dir(opts)}",
+             *(nodecache.source_literals(name, opts.node_cache) if opts.node_cache else [])])))
     patches = Y.seq([Y.mapping(path="deployment.yaml", target=Y.mapping(kind="Deployment"))])
     if art.source == "oci":
         patches.append(Y.mapping(path=artifacts_mod.VOLUME_PATCH, target=Y.mapping(kind="Deployment")))
@@ -886,8 +898,9 @@ def component_kustomization(opts: Options, model_files: list[str], layout: Layou
         patches += [Y.mapping(target=Y.mapping(kind="Service"), patch=Y.literal(Y.dumps(Y.seq([port])))),
                     Y.mapping(target=Y.mapping(kind="NetworkPolicy"), patch=Y.literal(Y.dumps(Y.seq([rule]))))]
         Y.comment(patches, 1, f"The OpenAI-compatible frontend's port ({OPENAI_PORT}), for the clients of 8000.", 2)
-    doc = Y.mapping(apiVersion="kustomize.config.k8s.io/v1alpha1", kind="Component", configMapGenerator=generators,
-                    patches=patches)
+    doc = Y.mapping(apiVersion="kustomize.config.k8s.io/v1alpha1", kind="Component",
+                    resources=Y.seq([nodecache.VOLUME_FILE]) if opts.node_cache else None,
+                    configMapGenerator=generators, patches=patches)
     return Y.dumps(doc, header)
 
 
@@ -914,6 +927,8 @@ def serving_kustomization(opts: Options, gpu: str, layout: Layout = DEFAULT_LAYO
     components = Y.seq([ref(layout.overlay_dir(opts.name, MODEL_COMPONENT)), ref(layout.gpu_component(gpu))])
     if parse_artifact(opts.artifact, opts.name).source == "s3":
         components.append(ref(layout.shared_component("artifacts/s3")))
+        if opts.node_cache is not None:  # after the S3 Component, whose sync it wraps
+            components.append(ref(layout.shared_component(nodecache.COMPONENT)))
     if opts.autoscaler == "keda":  # scale to zero: a KEDA ScaledObject instead of the base HPA
         components.append(ref(layout.shared_component("autoscaling/keda")))
     doc = Y.mapping(apiVersion="kustomize.config.k8s.io/v1beta1", kind="Kustomization", namespace=layout.namespace,
@@ -1106,6 +1121,8 @@ def render(opts: Options, facts: RepoFacts) -> dict[str, str]:
     oci = parse_artifact(opts.artifact, name).source == "oci"
     if oci:
         files[f"{component}/{artifacts_mod.VOLUME_PATCH}"] = artifact_volume_patch(opts)
+    if opts.node_cache is not None:
+        files[f"{component}/{nodecache.VOLUME_FILE}"] = nodecache.volume_file(name, opts.node_cache)
     flux_dir = layout.cluster_models_dir(facts.cluster)
     entries = []
     for index, gpu in enumerate(opts.gpus):

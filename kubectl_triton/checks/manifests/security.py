@@ -224,7 +224,9 @@ def _check_pod_spec(source: str, obj: dict, pod: dict, who: str) -> list[Finding
         bad = [k for k in kinds if k not in RESTRICTED_VOLUMES]
         if bad:
             add("VolumeType", f"volume {_dict(vol).get('name')}: {', '.join(bad)} is not allowed by the "
-                "'restricted' Pod Security Standard (hostPath exposes the node)")
+                "'restricted' Pod Security Standard (hostPath exposes the node)" + (
+                    "; to keep model files on the node's disk, use a local PersistentVolume (the node-cache "
+                    "Component, docs/node-cache.md)" if "hostPath" in bad else ""))
     if pod.get("automountServiceAccountToken") is not False:
         add("ServiceAccountToken", "automountServiceAccountToken is not false: every container gets an API "
             "token it never uses", WARNING)

@@ -77,6 +77,7 @@ def _vllm(repo: Any, found: Any, meta: dict[str, Any], model: str, name: str, te
     from kubectl_triton.compat.data import load
     from kubectl_triton.formats.yamledit import add_generator_file
     from kubectl_triton.gitops import lora
+    from kubectl_triton.gitops.adaptercanary import how_clients_select
     from kubectl_triton.gitops.artifacts import from_metadata
     from kubectl_triton.gitops.model import MODEL_COMPONENT, Layout
     from kubectl_triton.gitops.scaffold import Plan
@@ -126,8 +127,9 @@ def _vllm(repo: Any, found: Any, meta: dict[str, Any], model: str, name: str, te
     if not dry_run:
         where = "the model's OCI image (kubectl triton package-model)" if source.source == "oci" \
             else "the artifact store"
-        click.echo(f"next: put the adapter's weights in {new_multi[name]} ({where}) and open a pull request; "
-                   "clients select it with {\"lora_name\": \"" + name + "\"} in sampling_parameters", err=True)
+        how = how_clients_select(repo.root, model, triton, name)
+        click.echo(f"next: put the adapter's weights in {new_multi[name]} ({where}) and open a pull request; {how}",
+                   err=True)
 
 
 def _tensorrtllm(repo: Any, found: Any, meta: dict[str, Any], model: str, name: str, text: str,

@@ -9,8 +9,10 @@ import click
 
 from kubectl_triton.cli.commands._plan import apply_plan
 from kubectl_triton.compat import catalog
-from kubectl_triton.gitops import repo
+from kubectl_triton.errors import InputError
+from kubectl_triton.gitops import nodecache, repo
 from kubectl_triton.gitops.init import gpu_component_files
+from kubectl_triton.gitops.layout import read_node_cache
 from kubectl_triton.gitops.scaffold import (
     BACKENDS,
     DEFAULT_IMAGE_TAG,
@@ -40,6 +42,15 @@ def _hf_config(path: Path | None) -> str | None:
     return path.read_text(encoding="utf-8")
 
 
+def _node_cache(root: Path, wanted: bool, size: str | None, revision: str | None) -> nodecache.Request | None:
+    """--node-cache with its size and revision, and the layout file's cache settings (InputError naming them)."""
+    if not wanted:
+        if size is not None or revision is not None:
+            raise InputError("--artifact-size, --artifact-revision: only with --node-cache")
+        return None
+    return nodecache.request(read_node_cache(root), size, revision)
+
+
 @click.command("add-model")
 @click.argument("name")
 @click.option("--backend", required=True, metavar="BACKEND", help=f"One of: {', '.join(BACKENDS)}.")
@@ -56,6 +67,14 @@ def _hf_config(path: Path | None) -> str | None:
 @click.option("--instances", type=int, default=1, show_default=True, help="Model instances per GPU.")
 @click.option("--version", "version", type=int, default=1, show_default=True, help="Model version folder.")
 @click.option("--artifact", help="Artifact folder on the model-artifacts PVC (default: NAME) or s3://BUCKET/PREFIX.")
+@click.option("--node-cache", is_flag=True,
+              help="s3:// artifacts: keep the files on each node's local disk (kubectl-triton.yaml nodeCache), so a "
+                   "restarted or rescheduled pod on the same node starts without a download (docs/node-cache.md).")
+@click.option("--artifact-size", metavar="SIZE",
+              help="--node-cache: the size of the model's files (e.g. 16Gi), checked against the nodes' budget.")
+@click.option("--artifact-revision", metavar="REV",
+              help=f"--node-cache: keys the files in the cache; change it when they change (default "
+                   f"{nodecache.DEFAULT_REVISION}).")
 @click.option("--input", "inputs", multiple=True, metavar="NAME:TYPE:DIMS",
               help="Repeatable, e.g. input:FP32:3,224,224 (dims without the batch dimension).")
 @click.option("--output", "outputs", multiple=True, metavar="NAME:TYPE:DIMS", help="Repeatable.")
@@ -115,7 +134,8 @@ def command(name: str, backend: str, gpus: tuple[str, ...], cluster: str | None,
             kv_cache_free_gpu_mem_fraction: float,
             batch_scheduler_policy: str, streaming: bool, autoscaler: str, nodes: int, gpus_per_node: int | None,
             frontend: str, route: str, gateway: str, gpu_memory_utilization: float, kv_cache_dtype: str | None,
-            enforce_eager: bool, hf_config: Path | None, dry_run: bool, force: bool,
+            enforce_eager: bool, hf_config: Path | None, node_cache: bool, artifact_size: str | None,
+            artifact_revision: str | None, dry_run: bool, force: bool,
             repo_dir: Path | None) -> None:
     """Scaffold model NAME: models/NAME/ (config.pbtxt, model.yaml), overlays/NAME/ (one overlay per --gpu,
     plus the engine build for tensorrtllm) and its Flux Kustomizations, registered in
@@ -140,7 +160,8 @@ def command(name: str, backend: str, gpus: tuple[str, ...], cluster: str | None,
                        gpu_memory_utilization=gpu_memory_utilization, kv_cache_dtype=kv_cache_dtype,
                        enforce_eager=enforce_eager, dtype=(dtype or "auto") if vllm_backend else "auto",
                        max_model_len=max_seq_len if vllm_backend else None),
-                   hf_config=_hf_config(hf_config))
+                   hf_config=_hf_config(hf_config), node_cache=_node_cache(root, node_cache, artifact_size,
+                                                                         artifact_revision))
     facts = read_facts(root, opts, cluster)
     # A GPU type of the catalog or of kubectl-triton.yaml without a Component yet: its Component is written too.
     components = {rel: text for gpu in opts.gpus if gpu not in facts.gpus and gpu in catalog.gpus()
