@@ -182,7 +182,7 @@ class Cluster:
                               "claimRef": {"namespace": "triton", "name": "model-artifacts"}}}])
 
     def start_flux(self) -> None:
-        """Flux's source-controller and kustomize-controller, outside the cluster as a developer runs them."""
+        """Flux's source-, kustomize- and helm-controller, outside the cluster as a developer runs them."""
         if any(p.name == "source-controller" for p in self.plane.processes):
             return
         storage = self.plane.dir / "flux-storage"
@@ -195,8 +195,15 @@ class Cluster:
             "--storage-addr", f"127.0.0.1:{port}", "--storage-adv-addr", f"127.0.0.1:{port}",
             "--metrics-addr", f"127.0.0.1:{controlplane.free_port()}",
             "--health-addr", f"127.0.0.1:{controlplane.free_port()}"], env)
+        # CancelHealthCheckOnNewRevision (off by default in Flux 2.7): a revision pushed while the previous one's
+        # health checks wait is applied at once, not after the Kustomization's timeout; tests push fixes that way.
         self.plane.spawn("kustomize-controller", [
             str(self.bin / "kustomize-controller"), *common, "--requeue-dependency=5s",
+            "--feature-gates=CancelHealthCheckOnNewRevision=true",
+            "--metrics-addr", f"127.0.0.1:{controlplane.free_port()}",
+            "--health-addr", f"127.0.0.1:{controlplane.free_port()}"], env)
+        self.plane.spawn("helm-controller", [
+            str(self.bin / "helm-controller"), *common,
             "--metrics-addr", f"127.0.0.1:{controlplane.free_port()}",
             "--health-addr", f"127.0.0.1:{controlplane.free_port()}"], env)
 
