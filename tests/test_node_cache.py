@@ -23,7 +23,6 @@ from kubectl_triton.adapters import kustomize
 from kubectl_triton.checks.manifests import security
 from kubectl_triton.formats import schemas, yamlio
 from kubectl_triton.gitops import nodecache
-from kubectl_triton.gitops.layout import byte_quantity
 from tests.cluster import cluster  # noqa: F401 - fixture
 from tests.conftest import REPO
 
@@ -150,7 +149,9 @@ def test_add_model_writes_the_cache_and_it_renders_valid_for_the_versions_claime
     assert volume["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"] == [{"matchExpressions": [
         {"key": "triton.kubectl.io/node-cache", "operator": "In", "values": ["true"]}]}]
     assert claim["spec"]["volumeName"] == volume["metadata"]["name"] == "reranker-node-cache"
-    assert byte_quantity(claim["spec"]["resources"]["requests"]["storage"]) == 2 * 3 * 2**30
+    # a constant, whatever artifacts.size says: a bound claim without a StorageClass cannot be resized
+    assert claim["spec"]["resources"]["requests"]["storage"] == volume["spec"]["capacity"]["storage"] == \
+        nodecache.VOLUME_CAPACITY
     pod = by_kind["Deployment"]["spec"]["template"]["spec"]
     assert [c["name"] for c in pod["initContainers"]] == ["fetch-artifacts", "assemble-model-repository"]
     mounts = {c["name"]: m for c in [*pod["initContainers"], *pod["containers"]] for m in c["volumeMounts"]
@@ -268,7 +269,7 @@ class Node:
         return Path(self.env["ARTIFACTS_DIR"])
 
     def copies(self) -> list[str]:
-        return sorted(p.name for p in self.cache.iterdir())
+        return sorted(p.name for p in self.cache.iterdir() if not p.name.startswith(".lock-"))
 
 
 def _files(folder: Path) -> None:
@@ -320,7 +321,8 @@ def test_revisions_get_their_own_folders_and_a_node_keeps_two(node, tmp_path):
         keys.append(next(k for k in node.copies() if k.startswith(f"{revision}-")))
         assert (node.link / "revision").read_text() == revision
     assert node.copies() == sorted(keys[1:])  # r1, the least recently used of three, removed
-    assert "removing r1-" in started.stdout
+    # ... before r3's download: the node never holds more than two revisions (the budget)
+    assert started.stdout.index("removing r1-") < started.stdout.index("downloading r3-")
     # The same revision from another prefix is another folder: a copy is never taken for other files.
     other = node.start(copy, NODE_CACHE_REVISION="r3", ARTIFACTS_URI="s3://models/reranker-v2")
     assert other.returncode == 0 and "downloading r3-" in other.stdout
@@ -328,6 +330,10 @@ def test_revisions_get_their_own_folders_and_a_node_keeps_two(node, tmp_path):
     # A download that fails leaves nothing behind, and the pod does not start.
     failed = node.start(["false"], NODE_CACHE_REVISION="r4")
     assert failed.returncode != 0 and not [k for k in node.copies() if k.startswith(("r4", ".partial"))]
+    # A missing or empty prefix syncs nothing and exits 0: never cached (a later start downloads again).
+    empty = node.start(["true"], NODE_CACHE_REVISION="r5")
+    assert empty.returncode == 1 and "gave no files; nothing is cached" in empty.stderr
+    assert not [k for k in node.copies() if k.startswith(("r5", ".partial"))]
     # A revision that cannot name a folder stops the init container before anything is touched.
     before = node.copies()
     refused = node.start(copy, NODE_CACHE_REVISION="../../etc")
@@ -345,8 +351,26 @@ def test_two_pods_downloading_at_once_leave_one_copy(node, tmp_path):
     outs = [p.communicate(timeout=60) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outs
     [key] = node.copies()  # no .partial-* left, one copy
-    assert sum("completed by another pod" in out for out, _ in outs) == 1, outs
+    # they take turns: one downloads, the other finds its copy
+    assert sorted("miss: downloading" in out for out, _ in outs) == [False, True], outs
+    assert sum("node-cache: hit" in out for out, _ in outs) == 1, outs
     assert (node.cache / key / "reranker" / "1" / "model.onnx").is_file()
+
+
+def test_a_pod_deleted_mid_download_ends_at_once_and_leaves_nothing(node, tmp_path):
+    """bash as PID 1 ignores SIGTERM unless it traps it: the pod's deletion would wait its whole grace period and
+    SIGKILL it, leaving the partial download."""
+    proc = subprocess.Popen(["bash", str(node.script), "sh", "-c", 'touch "$0/half"; exec sleep 60'],
+                            env={**os.environ, **node.env, "HOSTNAME": "reranker-triton-x"},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 20
+    while not list(node.cache.glob(".partial-*/half")) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    started = time.monotonic()
+    proc.terminate()
+    proc.communicate(timeout=20)
+    assert proc.returncode == 143 and time.monotonic() - started < 5
+    assert node.copies() == []
 
 
 def test_an_abandoned_download_is_removed_after_six_hours(node, tmp_path):

@@ -140,7 +140,7 @@ def test_vllm_model_behind_the_frontend(run_cli, repo_copy):
     """vLLM: the frontend reads the checkpoint as its tokenizer, no TensorRT-LLM orchestrator, the LoRA separator
     from 25.05 (the first frontend that takes it)."""
     res = run_cli("add-model", "assistant", "--backend", "vllm", "--gpu", "l40s", "--frontend", "openai",
-                  "--image-tag", "25.08-vllm-python-py3", "--repo", str(repo_copy))
+                  "--image-tag", "25.08", "--repo", str(repo_copy))
     assert res.exit_code == 0, res.stderr
     container = yamlio.load_all(repo_copy / "overlays/assistant/model/deployment.yaml")[0][
         "spec"]["template"]["spec"]["containers"][0]
@@ -148,3 +148,7 @@ def test_vllm_model_behind_the_frontend(run_cli, repo_copy):
     assert "--lora-separator=_lora_" in container["args"] and "env" not in container
     assert json.loads((repo_copy / "models/assistant/assistant/1/model.json").read_text())["model"] == \
         "/artifacts/assistant/hf"
+    assert container["image"] == "nvcr.io/nvidia/tritonserver:25.08-vllm-python-py3"
+    flavoured = run_cli("add-model", "other", "--backend", "vllm", "--gpu", "l40s", "--image-tag",
+                        "25.08-vllm-python-py3", "--repo", str(repo_copy))
+    assert flavoured.exit_code == 2 and "give the release (25.08)" in flavoured.stderr

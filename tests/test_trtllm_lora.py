@@ -72,6 +72,13 @@ def test_plan_adapter_refusals(kwargs, message):
         lora_trtllm.plan_adapter(**args)
 
 
+def test_task_id_zero_is_the_backends_own_first_id():
+    assert lora_trtllm.read_tasks('{"a": 0}', "tasks.json") == {"a": 0}
+    plan = lora_trtllm.plan_adapter(name="a", adapter=_adapter(8), source="a.json", engine=WITH_LORA,
+                                    tasks={"a": 0}, others={}, cache_max=None, force=True)
+    assert plan.task_id == 0
+
+
 def test_force_keeps_the_task_id():
     plan = lora_trtllm.plan_adapter(name="a", adapter=_adapter(8), source="a.json", engine=WITH_LORA,
                                     tasks={"a": 3, "b": 1}, others={}, cache_max=None, force=True)
@@ -80,7 +87,8 @@ def test_force_keeps_the_task_id():
 
 @pytest.mark.parametrize(("text", "message"), [
     ('{"a": 1, "b": 1}', "task id 1 names two adapters"),
-    ('{"a": 0}', "the task id must be a positive integer"),
+    ('{"a": -1}', "the task id must be an integer from 0 to 2147483647"),
+    ('{"a": 2147483648}', "the task id must be an integer from 0 to 2147483647"),
     ('{"a": 1, "a": 2}', "adapter 'a' is named twice"),
     ("[1]", "a JSON object of adapter name -> LoRA task id"),
 ])
@@ -140,6 +148,10 @@ def test_add_adapter_wires_the_model_and_asks_for_a_lora_engine(run_cli, repo_co
     bad = _add(run_cli, repo_copy, tmp_path, "head", modules=("lm_head",))
     assert bad.exit_code == 2 and "target module 'lm_head' has no TensorRT-LLM LoRA module" in bad.stderr
     assert not (repo_copy / MODEL / "adapters/head").exists()
+    (repo_copy / TASKS).write_bytes(b'{"sql": 1, "\xff": 2}')
+    unreadable = _add(run_cli, repo_copy, tmp_path, "other")
+    assert unreadable.exit_code == 2 and f"{TASKS}: cannot be read" in unreadable.stderr
+    assert "Traceback" not in unreadable.stderr
     usage = run_cli("add-adapter", "llama3-8b", "x", "--adapter-config", str(_write_adapter(tmp_path)),
                     "--max-loras", "2", "--repo", str(repo_copy))
     assert usage.exit_code == 2 and "--max-loras: for vLLM-backend models only" in usage.stderr

@@ -30,6 +30,7 @@ PREFETCH = "lora_prefetch_dir"
 MAX_ADAPTER_SIZE = "lora_cache_max_adapter_size"
 QKV = ("attn_q", "attn_k", "attn_v")  # TensorRT-LLM adds the missing ones of these when one is a target
 MIN_RANK = 8
+MAX_TASK_ID = 2**31 - 1
 
 
 @cache
@@ -73,7 +74,7 @@ def engine_modules(modules: set[str]) -> tuple[str, ...]:
 
 
 def read_tasks(text: str, source: str) -> dict[str, int]:
-    """tasks.json: adapter name -> LoRA task id (a positive integer, each used once)."""
+    """tasks.json: adapter name -> LoRA task id (0 to 2**31-1, each used once)."""
     try:
         doc = json.loads(text, object_pairs_hook=no_duplicates)
     except json.JSONDecodeError as err:
@@ -84,8 +85,9 @@ def read_tasks(text: str, source: str) -> dict[str, int]:
         raise InputError(f"{source}: a JSON object of adapter name -> LoRA task id")
     seen: dict[int, str] = {}
     for name, task in doc.items():
-        if isinstance(task, bool) or not isinstance(task, int) or task < 1:
-            raise InputError(f"{source}: adapter {name!r}: the task id must be a positive integer, got {task!r}")
+        if isinstance(task, bool) or not isinstance(task, int) or not 0 <= task <= MAX_TASK_ID:
+            raise InputError(f"{source}: adapter {name!r}: the task id must be an integer from 0 to {MAX_TASK_ID} "
+                             f"(the backend reads prefetch folder names with std::stoi), got {task!r}")
         if task in seen:
             raise InputError(f"{source}: task id {task} names two adapters ({seen[task]!r}, {name!r}); the backend "
                              "prefetches one folder per id")
@@ -142,7 +144,8 @@ class AdapterPlan:
 
 
 def plan_adapter(*, name: str, adapter: Adapter, source: str, engine: Any, tasks: dict[str, int],
-                 others: dict[str, Adapter], cache_max: int | None, force: bool) -> AdapterPlan:
+                 others: dict[str, Adapter], cache_max: int | None, force: bool,
+                 meta_source: str = "model.yaml") -> AdapterPlan:
     """The plan for adapter `name` (its parsed adapter_config.json from `source`). `others`: the adapters already
     reviewed in git, whose ranks and modules the engine must keep holding; `cache_max`: config.pbtxt's
     lora_cache_max_adapter_size (None: the backend's default)."""
@@ -155,7 +158,7 @@ def plan_adapter(*, name: str, adapter: Adapter, source: str, engine: Any, tasks
         if other_name != name:
             modules |= set(trtllm_modules(other, f"adapters/{other_name}"))
     needed = max([adapter.rank, *(a.rank for n, a in others.items() if n != name)])
-    current = engine_lora(engine, "model.yaml")
+    current = engine_lora(engine, meta_source)
     wanted = engine_modules(modules)
     if current is not None and current.max_rank >= needed and set(wanted) <= set(current.target_modules):
         lora, rebuild = current, False
@@ -163,7 +166,7 @@ def plan_adapter(*, name: str, adapter: Adapter, source: str, engine: Any, tasks
         rank = max(current.max_rank if current else 0, rank_for(needed))
         old = set(current.target_modules) if current else set()
         lora, rebuild = EngineLora(rank, engine_modules(old | modules)), True
-    task_id = tasks.get(name) or max(tasks.values(), default=0) + 1
+    task_id = tasks[name] if name in tasks else max(tasks.values(), default=0) + 1
     limit = cache_max if cache_max is not None else default_max_adapter_size()
     return AdapterPlan(task_id=task_id, tasks={**tasks, name: task_id}, lora=lora, rebuild=rebuild,
                        max_adapter_size=needed if needed > limit else None)

@@ -17,7 +17,6 @@ Pure: what add-model writes and what the gate reads; no I/O."""
 
 from __future__ import annotations
 
-import math
 import re
 import textwrap
 from dataclasses import dataclass
@@ -105,11 +104,6 @@ def human(size: int) -> str:
     return f"{size}"
 
 
-def gibibytes(size: int) -> str:
-    """`size` rounded up to a whole Gi, as a quantity (what the volume and its claim declare)."""
-    return f"{max(1, math.ceil(size / (1 << 30)))}Gi"
-
-
 # ---- what add-model writes ------------------------------------------------------------------------------------
 
 def metadata_entries(req: Request) -> dict[str, Any]:
@@ -127,17 +121,23 @@ def source_literals(name: str, req: Request) -> list[str]:
     return [f"{MODEL_KEY}={name}", f"{REVISION_KEY}={req.revision}"]
 
 
+# A local volume's capacity is not enforced, and a bound claim's request cannot change (no StorageClass to resize
+# it): one constant, so a new artifacts.size never rewrites the volume or its claim.
+VOLUME_CAPACITY = "1Gi"
+
+
 def volume_file(name: str, req: Request) -> str:
     """overlays/NAME/model/node-cache-volume.yaml: the local PersistentVolume at the cache folder of every cache
     node, and the claim bound to it (by name: no StorageClass, nothing else can take it)."""
     settings = req.settings
-    capacity = gibibytes(footprint(req.size, DEFAULT_KEEP))
+    capacity = VOLUME_CAPACITY
     selector = ", ".join(f"{k}={v}" for k, v in settings.node_selector)
     header = textwrap.fill(
         f"{name}'s share of the node-local model cache (docs/node-cache.md): the folder {settings.path} of every "
         f"node labelled {selector} ({LAYOUT_FILE} nodeCache), bound to this claim only; the pods mount its {name}/ "
-        f"sub-folder. Capacity: {DEFAULT_KEEP} revisions of {req.size_text} (artifacts.size); Kubernetes does not "
-        "enforce it on a local volume: validate checks the models of a GPU type against the budget.", 116,
+        f"sub-folder. The capacity is nominal and constant: Kubernetes neither enforces it on a local volume nor lets "
+        "a bound claim without a StorageClass change it; validate checks the models of a GPU type against the "
+        "budget (artifacts.size).", 116,
         break_long_words=False, break_on_hyphens=False)
     terms = Y.seq([Y.mapping(key=key, operator="In", values=Y.flow([value])) for key, value in settings.node_selector])
     volume = Y.mapping(

@@ -267,6 +267,10 @@ def check_options(opts: Options, facts: RepoFacts) -> None:
                              f"available: {', '.join(facts.gpus) or 'none'}")
     if not _IMAGE_TAG.fullmatch(opts.image_tag):
         raise InputError(f"--image-tag {opts.image_tag!r}: not a container image tag (e.g. 24.12)")
+    if opts.image_tag.endswith("-py3"):
+        release = opts.image_tag.split("-", 1)[0]
+        raise InputError(f"--image-tag {opts.image_tag!r}: give the release ({release}); add-model appends the "
+                         f"backend's flavour (the image would be {image(opts)})")
     for option, value, low in (("--instances", opts.instances, 1), ("--version", opts.version, 1),
                                ("--max-batch-size", opts.max_batch_size, 0),
                                ("--max-queue-delay-us", opts.max_queue_delay_us, 0)):

@@ -46,8 +46,9 @@ VOLUME_MISMATCH = register(
     "The node cache's PersistentVolume is not the local volume kubectl-triton.yaml's nodeCache describes (another "
     "path, a hostPath, another node affinity): the pods would mount a folder the cache nodes do not prepare, or be "
     "scheduled onto nodes without it (\"path ... does not exist\", ContainerCreating).",
-    "Write the volume again from the layout file (`kubectl triton add-model ... --node-cache --force`), or edit "
-    "local.path and the node affinity to match nodeCache.path and nodeCache.nodeSelector.")
+    "A PersistentVolume's local.path and node affinity cannot change once it exists: give the volume and its claim "
+    "new names (or delete both) and write them from the layout file (`kubectl triton add-model ... --node-cache "
+    "--force`); Flux then creates them anew.")
 REVISION_MISMATCH = register(
     "NodeCacheRevisionMismatch", "error", "overlay",
     "The revision that keys a model's copy in the node cache (NODE_CACHE_REVISION of its artifact-source ConfigMap) "

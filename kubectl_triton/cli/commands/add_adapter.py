@@ -96,12 +96,12 @@ def _vllm(repo: Any, found: Any, meta: dict[str, Any], model: str, name: str, te
     if not isinstance(engine_args, dict):
         raise InputError(f"{args_rel}: vLLM engine arguments are a JSON object")
     multi_path = folder / lora.MULTI_LORA
-    multi = lora.read_multi_lora(multi_path.read_text(encoding="utf-8"), repo.relative(multi_path)) \
+    multi = lora.read_multi_lora(_read(multi_path, "the backend's adapters"), repo.relative(multi_path)) \
         if multi_path.is_file() else {}
     adapter = lora.parse_adapter_config(text, str(adapter_config))
     others = {}
     for path in sorted((found.path / lora.ADAPTERS_DIR).glob(f"*/{lora.ADAPTER_CONFIG}")):
-        others[path.parent.name] = lora.parse_adapter_config(path.read_text(encoding="utf-8"), repo.relative(path))
+        others[path.parent.name] = lora.parse_adapter_config(_read(path, "a reviewed adapter"), repo.relative(path))
     vllm = vllm_version(release(meta.get("image")))
     limits = ((load("vllm_engine_args.yaml").get("versions") or {}).get(vllm) or {}).get("lora") if vllm else None
     if not limits:
@@ -157,9 +157,9 @@ def _tensorrtllm(repo: Any, found: Any, meta: dict[str, Any], model: str, name: 
     others = {}
     adapters_dir = found.path / lora.ADAPTERS_DIR
     for path in sorted(adapters_dir.glob(f"*/{lora.ADAPTER_CONFIG}")):
-        others[path.parent.name] = lora.parse_adapter_config(path.read_text(encoding="utf-8"), repo.relative(path))
+        others[path.parent.name] = lora.parse_adapter_config(_read(path, "a reviewed adapter"), repo.relative(path))
     tasks_path = adapters_dir / lora_trtllm.TASKS
-    tasks = lora_trtllm.read_tasks(tasks_path.read_text(encoding="utf-8"), repo.relative(tasks_path)) \
+    tasks = lora_trtllm.read_tasks(_read(tasks_path, "the adapters' task ids"), repo.relative(tasks_path)) \
         if tasks_path.is_file() else {}
     cache_max = core.parameters[lora_trtllm.MAX_ADAPTER_SIZE].string_value \
         if lora_trtllm.MAX_ADAPTER_SIZE in core.parameters else None
@@ -167,16 +167,16 @@ def _tensorrtllm(repo: Any, found: Any, meta: dict[str, Any], model: str, name: 
         raise InputError(f"{repo.relative(core_path)}: {lora_trtllm.MAX_ADAPTER_SIZE} {cache_max!r} is not a number")
     plan = lora_trtllm.plan_adapter(name=name, adapter=adapter, source=str(adapter_config), engine=meta["engine"],
                                     tasks=tasks, others=others, cache_max=int(cache_max) if cache_max else None,
-                                    force=force)
+                                    force=force, meta_source=meta_rel)
     prefetch = f"{from_metadata(meta, model).pod_dir}/{lora_trtllm.LORA_DIR}"
     files = {
         repo.relative(adapters_dir / name / lora.ADAPTER_CONFIG): text,
         repo.relative(tasks_path): json.dumps(plan.tasks, indent=2) + "\n",
-        meta_rel: set_in(found.metadata_file.read_text(encoding="utf-8"), ("engine", "lora"), plan.lora.as_dict(),
+        meta_rel: set_in(_read(found.metadata_file, "the model's metadata"), ("engine", "lora"), plan.lora.as_dict(),
                          meta_rel),
     }
     for path, config in configs.items():
-        before = path.read_text(encoding="utf-8")
+        before = _read(path, "a Triton model configuration")
         after = lora_trtllm.wire_core(before, config, prefetch, plan.max_adapter_size) if path == core_path \
             else lora_trtllm.wire_ensemble(before, config, core_name) if config.platform == "ensemble" else before
         if after != before:

@@ -63,7 +63,9 @@ def command(model: str, weight: int, version: int | None, gpu: str | None, trito
         if not dry_run:
             click.echo(f"next: kubectl triton validate && git add overlays/{model}; the cluster needs the Inference "
                        f"Extension's {modelrewrite.GROUP} CRDs (kubectl-triton.yaml cluster.provides.crds) and its "
-                       f"endpoint picker v1.3.1 or later; clients keep sending \"model\": \"{split.client}\"",
+                       "endpoint picker v1.3.1 or later, started after the CRDs were (it looks for the kind once, "
+                       f"at start-up: restart it if they came later); clients keep sending \"model\": "
+                       f"\"{split.client}\"",
                        err=True)
         return
     if to is not None:

@@ -8,8 +8,9 @@
 #  - $ARTIFACTS_DIR: where the assembly script reads the model's files (/artifacts/<model>, an emptyDir);
 #  - $NODE_CACHE_KEEP: revisions of the model the node keeps, the most recently used (default 2).
 # A copy is complete when its .complete marker exists: a download goes into a .partial-* folder of its own, the
-# marker is written last, and the folder is renamed into place (atomic), so an interrupted download or two pods
-# of the model downloading at once never leave a half copy where a pod would take it for the files.
+# marker is written last, and the folder is renamed into place (atomic), so an interrupted download never leaves a
+# half copy where a pod would take it for the files; pods of the model starting at once on a node take turns
+# (flock), so one downloads and the others find its copy.
 set -euo pipefail
 
 cache=${NODE_CACHE_DIR:?the folder of the model in the node cache}
@@ -35,33 +36,66 @@ esac
 key="$revision-$(printf '%s' "${ARTIFACTS_URI:-}" | sha256sum | cut -c1-12)"
 copy="$cache/$key"
 partial=""
-cleanup() { if [ -n "$partial" ]; then rm -rf "$partial"; fi; }
+child=""
+cleanup() {
+  if [ -n "$child" ]; then kill "$child" 2>/dev/null || true; wait "$child" 2>/dev/null || true; fi
+  if [ -n "$partial" ]; then rm -rf "$partial"; fi
+}
 trap cleanup EXIT
+trap 'exit 143' TERM INT  # bash as PID 1 ignores SIGTERM otherwise: the pod's deletion would wait its grace period
 
+# Keep at most $1 revisions besides this one, the most recently used: before a download (so that the new copy fits
+# the budget of $keep revisions) and after it.
+prune() {
+  local limit=$1 count=0 used dir trash
+  while IFS= read -r used; do
+    dir=${used%/.last-used}
+    [ "$dir" != "$copy" ] || continue
+    count=$((count + 1))
+    if [ "$count" -gt "$limit" ]; then
+      echo "node-cache: removing $(basename "$dir") (the node keeps the $keep most recently used revisions)"
+      trash="$cache/.partial-removed-$(basename "$dir")-$$"
+      mv -T "$dir" "$trash" && rm -rf "$trash"
+    fi
+  done < <(ls -1t "$cache"/*/.last-used 2>/dev/null || true)
+}
+
+# One download of a revision per node at a time: the other pods of the model wait for it, then take the copy.
+exec 9>"$cache/.lock-$key"
+if command -v flock > /dev/null; then flock 9; fi
 if [ -f "$copy/.complete" ]; then
   echo "node-cache: hit: $key is on this node (downloaded $(cat "$copy/.complete")); nothing to download"
 else
   if [ -e "$copy" ]; then  # not made by this script (no marker): never served
-    echo "node-cache: $key has no .complete marker: removing it"
-    rm -rf "$copy"
+    echo "node-cache: $key has no .complete marker: setting it aside"
+    mv -T "$copy" "$cache/.partial-stale-$key-$$" && rm -rf "$cache/.partial-stale-$key-$$"
   fi
+  prune $((keep - 1))
   partial="$cache/.partial-$key-${HOSTNAME:-$$}"
   rm -rf "$partial"
   mkdir -p "$partial"
   echo "node-cache: miss: downloading $key ($*)"
   started=$SECONDS
-  "$@" "$partial"
+  "$@" "$partial" &
+  child=$!
+  wait "$child"
+  child=""
+  if [ -z "$(ls -A "$partial")" ]; then  # a missing or empty prefix syncs nothing, successfully: never cache that
+    echo "node-cache: ${ARTIFACTS_URI:-the download} gave no files; nothing is cached" >&2
+    exit 1
+  fi
   date -u +%Y-%m-%dT%H:%M:%SZ > "$partial/.complete"
   if mv -T "$partial" "$copy" 2>/dev/null; then
     partial=""
     echo "node-cache: $key complete after $((SECONDS - started)) s: $(du -sh "$copy" | cut -f1)"
-  elif [ -f "$copy/.complete" ]; then  # another pod of the model on this node finished the same revision first
+  elif [ -f "$copy/.complete" ]; then  # without flock: another pod of the model finished the same revision first
     echo "node-cache: $key was completed by another pod meanwhile; using that copy"
   else
     echo "node-cache: cannot move the download into place as $copy" >&2
     exit 1
   fi
 fi
+exec 9>&-
 touch "$copy/.last-used"
 mkdir -p "$(dirname "$link")"
 ln -sfn "$copy" "$link"
@@ -77,14 +111,5 @@ for dir in "$cache"/.partial-*; do
   fi
 done
 rm -f "$stale"
-count=0
-while IFS= read -r used; do
-  dir=${used%/.last-used}
-  count=$((count + 1))
-  if [ "$count" -gt "$keep" ] && [ "$dir" != "$copy" ]; then
-    echo "node-cache: removing $(basename "$dir") (the node keeps the $keep most recently used revisions)"
-    trash="$cache/.partial-removed-$(basename "$dir")-$$"
-    mv -T "$dir" "$trash" && rm -rf "$trash"
-  fi
-done < <(ls -1t "$cache"/*/.last-used 2>/dev/null || true)
+prune $((keep - 1))
 echo "node-cache: $link -> $copy"
