@@ -265,3 +265,67 @@ def test_validate_server_on_a_cluster_context_dry_runs_and_names_an_immutable_se
     real_write = serving.kubectl("apply", "-f", "-", input=config, kubeconfig=bob, check=False)
     assert real_write.returncode != 0
     assert "kubectl-triton:validate-server may only dry-run" in real_write.stderr
+
+
+def _etcd_compact(plane) -> int:  # noqa: ANN001
+    """Compact the control plane's etcd at its current revision, through etcd's own JSON gateway."""
+    import urllib.request
+
+    etcd = next(p for p in plane.processes if p.name == "etcd")
+    url = next(a for a in etcd.popen.args if str(a).startswith("http://127.0.0.1"))
+
+    def call(path: str, body: dict) -> dict:
+        request = urllib.request.Request(f"{url}{path}", data=json.dumps(body).encode())
+        with urllib.request.urlopen(request, timeout=10) as answer:  # noqa: S310 - loopback etcd
+            return json.loads(answer.read())
+
+    revision = int(call("/v3/kv/range", {"key": "AA=="})["header"]["revision"])
+    call("/v3/kv/compaction", {"revision": revision, "physical": True})
+    return revision
+
+
+def test_an_expired_continue_token_restarts_the_list_on_the_real_server(tmp_path: Path):
+    """etcd compacts between two pages: the real kube-apiserver answers the old continue token 410 Expired ("The
+    provided continue parameter is too old ..."), and the list starts again unpaged, as kubectl does; the same
+    scenario as tests/test_status_access.py's on the stand-in. Served from etcd as before 1.34: from 1.34 the API
+    server serves a continue from its watch cache's snapshots (ListFromCacheSnapshot, beta, on), which outlive a
+    compaction, so the gate is set off here."""
+    from kubectl_triton.adapters import controlplane
+    from kubectl_triton.adapters import kube as kube_mod
+
+    with controlplane.ControlPlane(real.assets(), tmp_path / "plane",
+                                   apiserver_flags=["--feature-gates=ListFromCacheSnapshot=false"]) as plane:
+        admin = plane.kubeconfig_for("admin", ["system:masters"])
+        pods = [{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"m{i:02d}", "namespace": "default"},
+                 "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}} for i in range(15)]
+        subprocess.run([str(plane.assets.binary("kubectl")), "--kubeconfig", str(admin), "apply", "-f", "-"],
+                       input=json.dumps({"apiVersion": "v1", "kind": "List", "items": [
+                           {"apiVersion": "v1", "kind": "ServiceAccount",  # no controller-manager makes it here
+                            "metadata": {"name": "default", "namespace": "default"}}, *pods]}), text=True,
+                       check=True, capture_output=True, timeout=60)
+        kube = kube_mod.connect(str(admin), namespace="default")
+        original, pages, refused = kube._json, [], []
+        original_request = kube._request
+
+        def compact_after_first_page(resp, request="request"):  # noqa: ANN001, ANN202
+            doc = original(resp, request)
+            pages.append(doc)
+            if len(pages) == 1:  # the cluster moves on, then etcd compacts past the token's revision
+                subprocess.run([str(plane.assets.binary("kubectl")), "--kubeconfig", str(admin), "create",
+                                "configmap", "moved-on", "-n", "default"], check=True, capture_output=True, timeout=60)
+                _etcd_compact(plane)
+            return doc
+
+        def request(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202 - records the real answers, changes none
+            resp = original_request(*args, **kwargs)
+            if isinstance(resp, kube_mod.HttpError):
+                refused.append(resp)
+            return resp
+
+        kube._json = compact_after_first_page  # type: ignore[method-assign]
+        kube._request = request  # type: ignore[method-assign]
+        items, _ = kube.list("pods", "default", page_size=10)
+    assert sorted(p["metadata"]["name"] for p in items) == [p["metadata"]["name"] for p in pods]
+    assert [r.status for r in refused] == [410]
+    assert "continue parameter is too old" in str(refused[0].body)
+    assert len(pages) == 2 and len(pages[0]["items"]) == 10 and not pages[1]["metadata"].get("continue")

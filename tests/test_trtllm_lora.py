@@ -155,6 +155,9 @@ def test_add_adapter_wires_the_model_and_asks_for_a_lora_engine(run_cli, repo_co
     usage = run_cli("add-adapter", "llama3-8b", "x", "--adapter-config", str(_write_adapter(tmp_path)),
                     "--max-loras", "2", "--repo", str(repo_copy))
     assert usage.exit_code == 2 and "--max-loras: for vLLM-backend models only" in usage.stderr
+    usage = run_cli("add-adapter", "llama3-8b", "x", "--adapter-config", str(_write_adapter(tmp_path)),
+                    "--artifact", "loras/x", "--repo", str(repo_copy))
+    assert usage.exit_code == 2 and "lives in loras/TASK_ID" in usage.stderr
 
 
 def _set_engine_lora(**lora) -> Callable[[Path], None]:

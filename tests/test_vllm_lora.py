@@ -87,6 +87,11 @@ def test_add_adapter_input_errors_name_the_file(run_cli, repo_copy: Path, tmp_pa
                      "--repo", str(repo_copy))
     assert result.exit_code == 2 and "models/image-classifier/model.yaml: backend 'onnxruntime': add-adapter " \
         "scaffolds adapters for Triton's vLLM and TensorRT-LLM backends" in result.stderr
+    for outside in ("/etc/lora", "../other/loras/x", "s3://bucket/x"):
+        result = _add(run_cli, repo_copy, tmp_path, "x", "--artifact", outside)
+        assert result.exit_code == 2 and f"--artifact {outside!r}: the adapter's folder relative" in result.stderr
+    assert _add(run_cli, repo_copy, tmp_path, "y", "--artifact", "adapters/y-v2").exit_code == 0
+    assert _json(repo_copy, f"{MODEL_DIR}/multi_lora.json")["y"] == "/artifacts/qwen25-7b/adapters/y-v2"
     assert _add(run_cli, repo_copy, tmp_path).exit_code == 0
     again = _add(run_cli, repo_copy, tmp_path)
     assert again.exit_code == 2 and "adapter 'sql' exists already" in again.stderr

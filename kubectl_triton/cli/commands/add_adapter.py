@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import click
@@ -21,19 +21,30 @@ def _read(path: Path, what: str) -> str:
         raise InputError(f"{path}: cannot be read: {getattr(err, 'strerror', None) or err}") from None
 
 
+def _in_store(path: str) -> str:
+    """--artifact: a folder inside the model's artifact store."""
+    parts = PurePosixPath(path).parts
+    if not parts or path.startswith("/") or ".." in parts or "://" in path:
+        raise InputError(f"--artifact {path!r}: the adapter's folder relative to the model's artifact store "
+                         "(e.g. loras/sql), inside it")
+    return PurePosixPath(path).as_posix()
+
+
 @click.command("add-adapter")
 @click.argument("model")
 @click.argument("name")
 @click.option("--adapter-config", type=click.Path(path_type=Path), required=True,
               help="The adapter's PEFT adapter_config.json (rank r, target_modules, base_model_name_or_path).")
-@click.option("--path-in-pod", help="vLLM: the adapter's folder in the serving pod (default: ARTIFACTS/loras/NAME, "
-                                    "the model's artifact store).")
+@click.option("--artifact", metavar="PATH",
+              help="vLLM: the adapter's folder in the model's artifact store (PVC, S3 prefix or OCI image), relative "
+                   "to it (default: loras/NAME). TensorRT-LLM adapters live in loras/TASK_ID, where the backend "
+                   "prefetches them.")
 @click.option("--max-loras", type=int, help="Adapters one batch may mix (vLLM max_loras; default 1; vLLM only).")
 @click.option("--dry-run", is_flag=True, help="Print the files it would write; write nothing.")
 @click.option("--force", is_flag=True, help="Replace an adapter of that name.")
 @click.option("--repo", "repo_dir", type=click.Path(path_type=Path), default=None,
               help="Repository root (default: the nearest parent holding overlays/).")
-def command(model: str, name: str, adapter_config: Path, path_in_pod: str | None, max_loras: int | None,
+def command(model: str, name: str, adapter_config: Path, artifact: str | None, max_loras: int | None,
             dry_run: bool, force: bool, repo_dir: Path | None) -> None:
     """Add LoRA adapter NAME to MODEL, reviewed in git as models/MODEL/adapters/NAME/adapter_config.json.
 
@@ -58,11 +69,13 @@ def command(model: str, name: str, adapter_config: Path, path_in_pod: str | None
     text = _read(adapter_config, "a PEFT adapter_config.json")
     backend = meta.get("backend")
     if backend == "vllm":
-        _vllm(repo, found, meta, model, name, text, adapter_config, path_in_pod, max_loras, dry_run, force)
+        _vllm(repo, found, meta, model, name, text, adapter_config, artifact, max_loras, dry_run, force)
     elif backend == "tensorrtllm":
-        for option, value in (("--path-in-pod", path_in_pod), ("--max-loras", max_loras)):
-            if value is not None:
-                raise click.UsageError(f"{option}: for vLLM-backend models only")
+        if artifact is not None:
+            raise click.UsageError("--artifact: a TensorRT-LLM adapter lives in loras/TASK_ID of the model's artifact "
+                                   "store, the folder the backend prefetches")
+        if max_loras is not None:
+            raise click.UsageError("--max-loras: for vLLM-backend models only")
         _tensorrtllm(repo, found, meta, model, name, text, adapter_config, dry_run, force)
     else:
         raise InputError(f"{repo.relative(found.metadata_file)}: backend {backend!r}: add-adapter scaffolds "
@@ -70,7 +83,7 @@ def command(model: str, name: str, adapter_config: Path, path_in_pod: str | None
 
 
 def _vllm(repo: Any, found: Any, meta: dict[str, Any], model: str, name: str, text: str, adapter_config: Path,
-          path_in_pod: str | None, max_loras: int | None, dry_run: bool, force: bool) -> None:
+          artifact: str | None, max_loras: int | None, dry_run: bool, force: bool) -> None:
     """The vLLM backend's adapter (gitops/lora.py)."""
     from kubectl_triton.checks.manifests.gpufacts import release
     from kubectl_triton.checks.manifests.vllm import vllm_models, vllm_version
@@ -110,7 +123,7 @@ def _vllm(repo: Any, found: Any, meta: dict[str, Any], model: str, name: str, te
     source = from_metadata(meta, model)
     new_args, new_multi = lora.plan_adapter(
         name=name, adapter=adapter, engine_args=engine_args, multi_lora=multi, others=others,
-        pod_dir=path_in_pod or f"{source.pod_dir}/loras/{name}", ranks=list(limits["max_lora_ranks"]),
+        pod_dir=f"{source.pod_dir}/{_in_store(artifact or f'loras/{name}')}", ranks=list(limits["max_lora_ranks"]),
         max_loras=max_loras, force=force)
     layout: Layout = repo.layout
     component = layout.overlay_dir(model, MODEL_COMPONENT)
