@@ -226,8 +226,6 @@ def add_message(text: str, name: str, value: str, within: Node | None = None) ->
 def set_parameter(text: str, key: str, value: str) -> str:
     """`text` with the top-level `parameters` entry `key` set to the string `value`: replaced where it stands,
     else added after the last entry. Callers parse the result."""
-    param = schema().ModelConfig().parameters[key]
-    param.string_value = value
     entry = "{ key: " + _quote(key) + " value { string_value: " + _quote(value) + " } }"
     for node in tree(text):
         if node.name == "parameters" and node.child_value("key") == key:

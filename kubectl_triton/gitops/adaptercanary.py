@@ -20,7 +20,6 @@ all or nothing; each refusal is one InputError naming the file that shows why.""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,9 +28,9 @@ from kubectl_triton.errors import InputError
 from kubectl_triton.formats import yamldump as Y
 from kubectl_triton.formats.yamledit import edit_resources
 from kubectl_triton.formats.yamlio import loads_all
-from kubectl_triton.gitops import inferencepool, modelrewrite, workloads
+from kubectl_triton.gitops import inferencepool, lora, modelrewrite, workloads
 from kubectl_triton.gitops.labels import INSTANCE_LABEL
-from kubectl_triton.gitops.lora import MULTI_LORA, no_duplicates
+from kubectl_triton.gitops.lora import MULTI_LORA
 from kubectl_triton.gitops.model import CANARY_SUFFIX, MODEL_COMPONENT, ROUTE_DIR, Layout, Repository
 from kubectl_triton.gitops.scaffold import LORA_SEPARATOR, Plan, validate_name
 
@@ -117,7 +116,7 @@ def read_facts(root: Path, model: str) -> Facts:
     adapters: tuple[str, ...] = ()
     if len(lora_models) == 1:
         triton_model, multi_rel = lora_models[0]
-        adapters = tuple(read_adapters(_read(root, multi_rel) or "", multi_rel))
+        adapters = tuple(lora.read_multi_lora(_read(root, multi_rel) or "", multi_rel))
     return Facts(model=model, layout=layout, texts=texts, version_canary=version_canary, triton_model=triton_model,
                  multi_lora_rel=multi_rel, adapters=adapters, lora_models=tuple(m for m, _ in lora_models))
 
@@ -130,19 +129,6 @@ def _read(root: Path, rel: str) -> str | None:
         return path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as err:
         raise InputError(f"{rel}: cannot read: {getattr(err, 'strerror', None) or err}") from None
-
-
-def read_adapters(text: str, source: str) -> list[str]:
-    """The adapter names of a multi_lora.json (name -> folder in the pod), in file order."""
-    try:
-        doc = json.loads(text, object_pairs_hook=no_duplicates)
-    except json.JSONDecodeError as err:
-        raise InputError(f"{source}:{err.lineno}: not valid JSON: {err.msg}") from None
-    except ValueError as err:
-        raise InputError(f"{source}: {err}") from None
-    if not isinstance(doc, dict):
-        raise InputError(f"{source}: a JSON object of adapter name -> the adapter's folder in the pod")
-    return [str(name) for name in doc]
 
 
 def rewrite_in_route(root: Path, model: str) -> str | None:

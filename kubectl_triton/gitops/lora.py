@@ -64,17 +64,27 @@ def no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return seen
 
 
-def read_multi_lora(text: str, source: str) -> dict[str, str]:
-    """multi_lora.json: adapter name -> folder; one-line InputError naming `source` for anything the backend or
-    a reviewer could not use."""
+def adapter_object(text: str, source: str, shape: str) -> dict[str, Any]:
+    """A JSON object keyed by adapter name (multi_lora.json, tasks.json), no name given twice; one-line InputError
+    naming `source` otherwise (`shape` says what the object maps each name to)."""
     try:
         doc = json.loads(text, object_pairs_hook=no_duplicates)
     except json.JSONDecodeError as err:
         raise InputError(f"{source}:{err.lineno}: not valid JSON: {err.msg}") from None
     except ValueError as err:
         raise InputError(f"{source}: {err}") from None
-    if not isinstance(doc, dict) or not all(isinstance(v, str) and v for v in doc.values()):
-        raise InputError(f"{source}: a JSON object of adapter name -> the adapter's folder in the pod")
+    if not isinstance(doc, dict):
+        raise InputError(f"{source}: a JSON object of adapter name -> {shape}")
+    return doc
+
+
+def read_multi_lora(text: str, source: str) -> dict[str, str]:
+    """multi_lora.json: adapter name -> folder; one-line InputError naming `source` for anything the backend or
+    a reviewer could not use."""
+    shape = "the adapter's folder in the pod"
+    doc = adapter_object(text, source, shape)
+    if not all(isinstance(v, str) and v for v in doc.values()):
+        raise InputError(f"{source}: a JSON object of adapter name -> {shape}")
     return doc
 
 

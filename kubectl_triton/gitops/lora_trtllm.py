@@ -13,7 +13,6 @@ artifact store under `loras/<task id>/`. `plan_adapter` is pure: what `add-adapt
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
@@ -21,7 +20,7 @@ from typing import Any
 from kubectl_triton.compat.data import load
 from kubectl_triton.errors import InputError
 from kubectl_triton.formats import pbtxt
-from kubectl_triton.gitops.lora import _NAME, Adapter, no_duplicates
+from kubectl_triton.gitops.lora import _NAME, Adapter, adapter_object
 
 TASKS = "tasks.json"
 LORA_DIR = "loras"
@@ -75,14 +74,7 @@ def engine_modules(modules: set[str]) -> tuple[str, ...]:
 
 def read_tasks(text: str, source: str) -> dict[str, int]:
     """tasks.json: adapter name -> LoRA task id (0 to 2**31-1, each used once)."""
-    try:
-        doc = json.loads(text, object_pairs_hook=no_duplicates)
-    except json.JSONDecodeError as err:
-        raise InputError(f"{source}:{err.lineno}: not valid JSON: {err.msg}") from None
-    except ValueError as err:
-        raise InputError(f"{source}: {err}") from None
-    if not isinstance(doc, dict):
-        raise InputError(f"{source}: a JSON object of adapter name -> LoRA task id")
+    doc = adapter_object(text, source, "LoRA task id")
     seen: dict[int, str] = {}
     for name, task in doc.items():
         if isinstance(task, bool) or not isinstance(task, int) or not 0 <= task <= MAX_TASK_ID:
