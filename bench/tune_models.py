@@ -19,7 +19,7 @@ from pathlib import Path
 CONFIG = """# {doc}
 name: "{name}"
 backend: "python"
-max_batch_size: 32
+max_batch_size: {max_batch_size}
 input [ {{ name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] }} ]
 output [ {{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] }} ]
 instance_group [ {{ count: 1 kind: KIND_CPU }} ]
@@ -30,8 +30,9 @@ import time
 
 import triton_python_backend_utils as pb_utils
 
-FIXED_S, ITEM_S, HOST_ITEM_S = {fixed}, {item}, {host_item}
+FIXED_S, ITEM_S, HOST_ITEM_S, HOST_FIXED_S = {fixed}, {item}, {host_item}, {host_fixed}
 STALL_ABOVE, STALL_EVERY, STALL_S = {stall_above}, {stall_every}, {stall}
+EXPLODE_ABOVE, EXPLODE = {explode_above}, {explode}  # per-item cost grows by EXPLODE per item above the size
 
 
 class TritonPythonModel:
@@ -41,10 +42,11 @@ class TritonPythonModel:
 
     def execute(self, requests):
         n = len(requests)
-        time.sleep(HOST_ITEM_S * n)  # host work: instances overlap here
+        time.sleep(HOST_FIXED_S + HOST_ITEM_S * n)  # host work: instances overlap here
         fcntl.flock(self.lock, fcntl.LOCK_EX)  # the device the instances share
         try:
-            time.sleep(FIXED_S + ITEM_S * n)
+            over = max(0, n - EXPLODE_ABOVE) if EXPLODE_ABOVE else 0
+            time.sleep(FIXED_S + ITEM_S * n * (1 + EXPLODE * over))
             if STALL_EVERY and n > STALL_ABOVE:
                 self.large += 1
                 if self.large % STALL_EVERY == 0:
@@ -57,6 +59,9 @@ class TritonPythonModel:
     def finalize(self):
         self.lock.close()
 """
+
+DEFAULTS = {"fixed": 0.0, "item": 0.0, "host_item": 0.0, "host_fixed": 0.0, "stall_above": 0, "stall_every": 0,
+            "stall": 0.0, "explode_above": 0, "explode": 0.0}
 
 # name -> (one-line description, cost parameters)
 MODELS: dict[str, tuple[str, dict[str, float]]] = {
@@ -72,15 +77,20 @@ MODELS: dict[str, tuple[str, dict[str, float]]] = {
 }
 
 
-def config_text(name: str) -> str:
-    return CONFIG.format(name=name, doc=MODELS[name][0])
+def config_text(name: str, doc: str | None = None, max_batch_size: int = 32) -> str:
+    return CONFIG.format(name=name, doc=MODELS[name][0] if doc is None else doc, max_batch_size=max_batch_size)
+
+
+def write_model(root: Path, name: str, doc: str, costs: dict[str, float], max_batch_size: int = 32) -> None:
+    """One model folder (version 1) with the cost parameters `costs` (missing ones: DEFAULTS)."""
+    (root / name / "1").mkdir(parents=True)
+    (root / name / "config.pbtxt").write_text(config_text(name, doc, max_batch_size))
+    params = {k: repr(v) for k, v in {**DEFAULTS, **costs}.items()}
+    (root / name / "1" / "model.py").write_text(MODEL_PY.format(**params))
 
 
 def make_repo(root: Path, names: tuple[str, ...] = tuple(MODELS)) -> Path:
     """A model repository holding `names` (version 1 each)."""
     for name in names:
-        (root / name / "1").mkdir(parents=True)
-        (root / name / "config.pbtxt").write_text(config_text(name))
-        params = {k: repr(v) for k, v in MODELS[name][1].items()}
-        (root / name / "1" / "model.py").write_text(MODEL_PY.format(**params))
+        write_model(root, name, MODELS[name][0], MODELS[name][1])
     return root

@@ -6,6 +6,7 @@ each request's bytes once, so a worker's loop costs one send and one receive."""
 
 from __future__ import annotations
 
+import base64
 import http.client
 import json
 from dataclasses import dataclass
@@ -35,7 +36,7 @@ class Target(Protocol):
 
     def config(self) -> dict: ...
     def stats(self) -> dict | None: ...
-    def load(self, config: dict | None) -> None: ...
+    def load(self, config: dict | None, files: dict[str, bytes] | None = None) -> None: ...
     def session(self, requests: list[list[Tensor]]) -> Session: ...
     def close(self) -> None: ...
 
@@ -136,9 +137,12 @@ class HttpTarget:
         status, doc = self._request("GET", f"{self._mpath}/stats")
         return doc if status == 200 and isinstance(doc, dict) else None
 
-    def load(self, config: dict | None) -> None:
-        """Model control: (re)load the model, with `config` as the override when given."""
+    def load(self, config: dict | None, files: dict[str, bytes] | None = None) -> None:
+        """Model control: (re)load the model, with `config` as the override when given, and `files` ("file:1/x":
+        content) in place of the model folder's files (Triton then reads only those)."""
         body = {"parameters": {"config": json.dumps(config)}} if config is not None else {}
+        for name, data in (files or {}).items():
+            body["parameters"][name] = base64.b64encode(data).decode()
         status, doc = self._request("POST", f"/v2/repository/models/{quote(self.model, safe='')}/load", body,
                                     timeout=max(self.timeout, 300))
         if status != 200:
@@ -244,10 +248,12 @@ class GrpcTarget:
         except PerfError:
             return None
 
-    def load(self, config: dict | None) -> None:
+    def load(self, config: dict | None, files: dict[str, bytes] | None = None) -> None:
         req = self.pb.RepositoryModelLoadRequest(model_name=self.model)
         if config is not None:
             req.parameters["config"].string_param = json.dumps(config)
+        for name, data in (files or {}).items():
+            req.parameters[name].bytes_param = data
         self._call("RepositoryModelLoad", req, "load", timeout=max(self.timeout, 300))
 
     def session(self, requests: list[list[Tensor]]) -> GrpcSession:

@@ -123,10 +123,22 @@ def _preferred(values: tuple[str, ...]) -> list[list[int] | None]:
 @target_options
 @click.option("--allow-production", is_flag=True,
               help="Allow tuning on a pod of the model's Deployment (-n): its model is reloaded per candidate.")
-@click.option("--objective", type=click.Choice(["throughput", "latency"]), default=None,
-              help="throughput (default), or latency: the best throughput whose p99 stays within --max-p99.")
+@click.option("--objective", type=click.Choice(["throughput", "latency", "goodput"]), default=None,
+              help="throughput (default); latency: the best throughput whose p99 stays within --max-p99; goodput "
+                   "(LLMs, streamed over gRPC): the most requests per second meeting --max-ttft and --max-itl.")
 @click.option("--max-p99", type=Duration(unit_required=True), default=None,
               help="The p99 bound of --objective latency, e.g. 50ms.")
+@click.option("--max-ttft", type=Duration(unit_required=True), default=None,
+              help="Goodput: a good request's time to first token, e.g. 500ms.")
+@click.option("--max-itl", type=Duration(unit_required=True), default=None,
+              help="Goodput: a good request's mean inter-token latency (time per output token), e.g. 50ms.")
+@click.option("--prompt-tokens", type=click.IntRange(1, 1 << 20), default=128, show_default=True,
+              help="Goodput: prompt length of each request, in words (about a token each).")
+@click.option("--output-tokens", type=click.IntRange(1, 1 << 20), default=64, show_default=True,
+              help="Goodput: tokens each request asks for.")
+@click.option("--param", "params", multiple=True, metavar="NAME=V1,V2",
+              help="Goodput: a knob to search and its values (a config parameter; a model.json key for vLLM), "
+                   "replacing the backend's default values. Repeatable.")
 @click.option("--budget", type=DURATION, default=None,
               help="Stop measuring new candidates after this long, e.g. 10m.")
 @click.option("--max-trials", type=click.IntRange(1, 10_000), default=None,
@@ -157,7 +169,8 @@ def _preferred(values: tuple[str, ...]) -> list[list[int] | None]:
 @click.pass_context
 def command(ctx: click.Context, model: str, url: str | None, kubeconfig: str | None, kube_context: str | None,
             namespace: str | None, pod: str | None, protocol: str, input_data: str | None, output: str | None,
-            allow_production: bool, objective: str | None, max_p99: float | None,
+            allow_production: bool, objective: str | None, max_p99: float | None, max_ttft: float | None,
+            max_itl: float | None, prompt_tokens: int, output_tokens: int, params: tuple[str, ...],
             budget: float | None, max_trials: int | None, exhaustive: bool, concurrency: int, duration: float,
             warmup: float | None, max_instances: int, instances: list[int] | None, delays: list[int],
             preferred: tuple[str, ...], allow_max_batch_size: bool, max_batch_sizes: list[int], write: bool,
@@ -176,12 +189,21 @@ def command(ctx: click.Context, model: str, url: str | None, kubeconfig: str | N
     JSON/YAML (-o json|yaml): {"model", "concurrency", "objective", "max_p99_ms", "space", "measurements", "baseline",
     "best": {"config", "throughput", "p50_ms", "p99_ms"}, "gain", "trials": [{"config", "throughput",
     "p50_ms", "p99_ms", "met_bound", "error", ...}], "written"}
+
+    \b
+    --objective goodput (a decoupled LLM: TensorRT-LLM, vLLM, a streaming python model; --protocol grpc):
+    searches the engine's knobs (TensorRT-LLM: KV cache fraction, scheduler policy, chunked context; vLLM:
+    max_num_seqs, gpu_memory_utilization, chunked prefill; --param adds or replaces knobs) for the most
+    requests per second whose TTFT <= --max-ttft and time per output token <= --max-itl; --write puts the
+    winner and its figures (a comment) into config.pbtxt (and 1/model.json for vLLM). docs/bench-tune.md.
     """
     from kubectl_triton.perf import inputs, search
     from kubectl_triton.perf.connect import open_target
 
     fmt = output_format(ctx, output, MEASURE_FORMATS)
     cluster = cluster_args(ctx, kubeconfig, kube_context, namespace)
+    if objective != "goodput" and (max_ttft is not None or max_itl is not None or params):
+        raise click.UsageError("--max-ttft, --max-itl and --param belong to --objective goodput")
     if objective == "latency" and max_p99 is None:
         raise click.UsageError("--objective latency needs --max-p99 (e.g. --max-p99 50ms)")
     if objective == "throughput" and max_p99 is not None:
@@ -191,8 +213,19 @@ def command(ctx: click.Context, model: str, url: str | None, kubeconfig: str | N
                          "production Deployment",
                          hint="pass --url to a test server (tritonserver --model-control-mode=explicit), "
                               "or --allow-production")
-    goal = search.Objective(max_p99 * 1e3 if max_p99 is not None else None)
     warmup_s = warmup_for(duration, warmup)
+    if objective == "goodput":
+        if max_p99 is not None:
+            raise click.UsageError("--max-p99 is the bound of --objective latency; goodput takes --max-ttft/--max-itl")
+        from kubectl_triton.cli.commands import _tune_goodput
+
+        _tune_goodput.run(model=model, url=url, cluster=cluster, pod=pod, protocol=protocol, fmt=fmt,
+                          concurrency=concurrency, duration=duration, warmup_s=warmup_s, max_ttft=max_ttft,
+                          max_itl=max_itl, prompt_tokens=prompt_tokens, output_tokens=output_tokens, params=params,
+                          instances=instances, max_trials=max_trials, budget=budget, exhaustive=exhaustive,
+                          write=write, repo_root=repo_root, repo_model=repo_model, budget_share=BUDGET_SHARE)
+        return
+    goal = search.Objective(max_p99 * 1e3 if max_p99 is not None else None)
     pref_sets = _preferred(preferred)
     counts = instances or list(range(1, max_instances + 1))
     progress = sys.stderr.isatty()

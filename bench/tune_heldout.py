@@ -1,0 +1,344 @@
+"""Held-out models for tune's search (issue 27): generated cost shapes, their exhaustive truth, and the search
+scored against it.
+
+Thirteen python-backend models (bench/tune_models.py's template: sleeps, a device lock the instances share) drawn
+from seven cost shapes with a fixed seed. Six shapes give two models each: the first of each is the development
+set (the search was tuned on it), the second is held out; the seventh shape exists only in the held-out set.
+
+    sweep     (the models without a truth file, or --models) every setting of the default space (63 at
+              max_batch_size >= 16) measured once on a real tritonserver, then the settings within 15% of
+              the best (and the best few within each latency bound) twice more, alternately: the truth,
+              cached as JSON under --truth
+    replay    the search run on the cached truth (a measurement returns the setting's recorded windows in turn),
+              every model, throughput and two latency bounds: what a change to the search does, in seconds
+    live      `kubectl triton tune` as a user runs it (subprocess, -o json) on the held-out models, scored
+              against the cached truth
+
+Run:
+    .venv/bin/python bench/tune_heldout.py sweep [--models NAME,...]
+    .venv/bin/python bench/tune_heldout.py replay [--set dev|heldout|all]
+    .venv/bin/python bench/tune_heldout.py live [--json FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from tune_models import write_model  # noqa: E402
+
+from kubectl_triton.perf import PerfError, inputs, search  # noqa: E402
+from kubectl_triton.perf.loadgen import LevelResult  # noqa: E402
+
+TRUTH = ROOT / "bench" / "results" / "tune-heldout"
+CONCURRENCY = 16
+SEED = 27
+MS = 0.001
+
+
+@dataclass(frozen=True)
+class Spec:
+    name: str
+    shape: str
+    part: str  # dev | heldout
+    doc: str
+    costs: dict
+    max_batch_size: int
+
+
+def _u(rng: random.Random, lo: float, hi: float) -> float:
+    return round(rng.uniform(lo, hi), 5)
+
+
+def _draw(shape: str, rng: random.Random) -> tuple[str, dict, int]:
+    """One model of `shape`: its description, cost parameters (seconds) and max_batch_size."""
+    if shape == "amortized":  # batching pays, instances do not
+        c = {"fixed": _u(rng, 10, 30) * MS, "item": _u(rng, 0.2, 1.0) * MS}
+        return f"batching pays: {c['fixed'] / MS:.1f} ms + {c['item'] / MS:.2f} ms/item on the device", c, 32
+    if shape == "host":  # instances pay, batching a little
+        c = {"host_item": _u(rng, 2, 5) * MS, "item": _u(rng, 1, 3) * MS, "fixed": _u(rng, 0, 2) * MS}
+        return (f"instances pay: {c['host_item'] / MS:.1f} ms/item on the host, {c['fixed'] / MS:.1f} ms + "
+                f"{c['item'] / MS:.1f} ms/item on the device"), c, 16
+    if shape == "explode":  # large batches cost more per item than small ones
+        above = rng.choice([4, 8])
+        c = {"fixed": _u(rng, 4, 12) * MS, "item": _u(rng, 0.5, 1.5) * MS, "explode_above": above,
+             "explode": _u(rng, 0.15, 0.4)}
+        return (f"large batches explode: {c['fixed'] / MS:.1f} ms + {c['item'] / MS:.2f} ms/item, each item above "
+                f"{above} makes every item {c['explode']:.0%} dearer"), c, 32
+    if shape == "hostfixed":  # a per-execution host cost: batching and instances both pay
+        c = {"host_fixed": _u(rng, 10, 25) * MS, "fixed": _u(rng, 2, 6) * MS, "item": _u(rng, 0.2, 0.6) * MS}
+        return (f"batching and instances pay: {c['host_fixed'] / MS:.1f} ms on the host per execution, "
+                f"{c['fixed'] / MS:.1f} ms + {c['item'] / MS:.2f} ms/item on the device"), c, 32
+    if shape == "tail":  # large batches stall now and then
+        above = rng.choice([4, 8])
+        c = {"fixed": _u(rng, 6, 14) * MS, "item": _u(rng, 0.2, 0.5) * MS, "stall_above": above,
+             "stall_every": rng.choice([8, 16]), "stall": _u(rng, 80, 160) * MS}
+        return (f"large batches stall: {c['fixed'] / MS:.1f} ms + {c['item'] / MS:.2f} ms/item; every "
+                f"{c['stall_every']}th batch above {above} stalls {c['stall'] / MS:.0f} ms"), c, 32
+    if shape == "small":  # a small max_batch_size: preferred sizes above it are left out
+        c = {"fixed": _u(rng, 8, 20) * MS, "item": _u(rng, 0.5, 1.5) * MS, "host_item": _u(rng, 0.5, 2) * MS}
+        return (f"max batch 8: {c['host_item'] / MS:.1f} ms/item host, {c['fixed'] / MS:.1f} ms + "
+                f"{c['item'] / MS:.2f} ms/item device"), c, 8
+    if shape == "mixed":  # held out only: a bit of everything
+        c = {"host_fixed": _u(rng, 3, 8) * MS, "host_item": _u(rng, 0.5, 1.5) * MS, "fixed": _u(rng, 5, 12) * MS,
+             "item": _u(rng, 0.3, 0.8) * MS, "explode_above": 8, "explode": _u(rng, 0.1, 0.2)}
+        return (f"mixed: {c['host_fixed'] / MS:.1f} ms + {c['host_item'] / MS:.1f} ms/item host, "
+                f"{c['fixed'] / MS:.1f} ms + {c['item'] / MS:.2f} ms/item device, dearer above 8"), c, 16
+    raise ValueError(shape)
+
+
+SHAPES = ("amortized", "host", "explode", "hostfixed", "tail", "small")
+
+
+def specs() -> list[Spec]:
+    rng = random.Random(SEED)
+    out = []
+    for k, part in enumerate(("dev", "heldout")):
+        for shape in SHAPES:
+            doc, costs, mbs = _draw(shape, rng)
+            out.append(Spec(f"{shape}{k + 1}", shape, part, doc, costs, mbs))
+    doc, costs, mbs = _draw("mixed", rng)
+    out.append(Spec("mixed2", "mixed", "heldout", doc, costs, mbs))
+    return out
+
+
+def make_repo(root: Path, chosen: list[Spec]) -> Path:
+    for s in chosen:
+        write_model(root, s.name, s.doc, s.costs, s.max_batch_size)
+    return root
+
+
+def bounds(truth: dict) -> dict[str, float]:
+    """Two latency bounds per model, from its truth: the median p99 of the space (the fastest settings tend to miss
+    it), and a tight one that about a fifth of the space meets."""
+    p99s = sorted(w["p99_ms"] for row in truth["settings"] for w in row["windows"][:1])
+    return {"median": round(statistics.median(p99s), 1), "tight": round(p99s[len(p99s) // 5], 1)}
+
+
+# -- sweep -------------------------------------------------------------------------------------------------
+
+def sweep(names: list[str], duration_s: float, warmup_s: float, out: Path) -> None:
+    from kubectl_triton.adapters.tritonserver import TritonServer
+    from kubectl_triton.perf.target import HttpTarget
+
+    out.mkdir(parents=True, exist_ok=True)
+    chosen = [s for s in specs() if (s.name in names if names else not (out / f"{s.name}.json").exists())]
+    with tempfile.TemporaryDirectory() as tmp:
+        repo = make_repo(Path(tmp) / "models", chosen)
+        with TritonServer(repo, model_control_mode="explicit",
+                          extra_args=[f"--load-model={s.name}" for s in chosen]) as server:
+            server.wait_ready(120)
+            for s in chosen:
+                t0 = time.monotonic()
+                target = HttpTarget(server.http_url, s.name)
+                original = target.config()
+                reqs = inputs.generate(inputs.input_specs(original))
+                space = search.Space.for_config(original)
+                found = search.tune(target, reqs, CONCURRENCY, duration_s, space, search.Objective(),
+                                    search.Budget(), warmup_s=warmup_s, original=original, exhaustive=True)
+                windows = {c: list(f.results) for c, f in found.figures.items() if f.results}
+                again = _second_look(windows)
+                with search.guard() as g:
+                    run = search.TuneRun(target, reqs, CONCURRENCY, duration_s, warmup_s, original, g)
+                    try:
+                        for _ in range(2):
+                            for c in again:
+                                windows[c].append(run.measure(c))
+                    finally:
+                        run.restore()
+                doc = {"model": s.name, "shape": s.shape, "part": s.part, "doc": s.doc, "costs": s.costs,
+                       "max_batch_size": s.max_batch_size, "concurrency": CONCURRENCY, "duration_s": duration_s,
+                       "warmup_s": warmup_s, "space": len(space), "seconds": round(time.monotonic() - t0, 1),
+                       "settings": [{"config": c.to_dict(), "windows": [r.to_dict() for r in ws]}
+                                    for c, ws in windows.items()]}
+                (out / f"{s.name}.json").write_text(json.dumps(doc, indent=1) + "\n")
+                best = max(windows.items(), key=lambda cw: statistics.mean(r.throughput for r in cw[1]))
+                print(f"{s.name}: {len(windows)} settings, {len(again)} measured twice more, best "
+                      f"{best[0].describe()} {statistics.mean(r.throughput for r in best[1]):.0f}/s "
+                      f"({doc['seconds']} s)", flush=True)
+
+
+def _second_look(windows: dict[search.Candidate, list[LevelResult]]) -> list[search.Candidate]:
+    """The settings whose ranking matters: within 15% of the best throughput, and the three fastest within each
+    latency bound that `bounds` will derive."""
+    first = {c: ws[0] for c, ws in windows.items()}
+    top = max(r.throughput for r in first.values())
+    chosen = {c for c, r in first.items() if r.throughput >= 0.85 * top}
+    p99s = sorted(r.p99_ms for r in first.values())
+    for bound in (statistics.median(p99s), p99s[len(p99s) // 5]):
+        ok = sorted((c for c, r in first.items() if r.p99_ms <= bound), key=lambda c: -first[c].throughput)
+        chosen.update(ok[:3])
+    return sorted(chosen, key=lambda c: c.describe())
+
+
+# -- truth and scoring --------------------------------------------------------------------------------------
+
+def load_truth(root: Path, part: str) -> list[dict]:
+    docs = [json.loads(p.read_text()) for p in sorted(root.glob("*.json"))]
+    return [d for d in docs if part == "all" or d["part"] == part]
+
+
+def _candidate(cfg: dict) -> search.Candidate:
+    return search.Candidate(cfg["instance_count"], cfg["dynamic_batching"], cfg.get("max_batch_size"))
+
+
+def _level(w: dict) -> LevelResult:
+    return LevelResult(**w)
+
+
+class Truth:
+    """A model's settings with every window measured; the true value of a setting is the mean of its windows,
+    and it meets a bound when its windows' mean p99 does."""
+
+    def __init__(self, doc: dict) -> None:
+        self.doc = doc
+        self.windows = {_candidate(row["config"]): [_level(w) for w in row["windows"]] for row in doc["settings"]}
+
+    def throughput(self, c: search.Candidate) -> float:
+        return statistics.mean(r.throughput for r in self.windows[c])
+
+    def p99(self, c: search.Candidate) -> float:
+        return statistics.mean(r.p99_ms for r in self.windows[c])
+
+    def best(self, bound: float | None) -> tuple[search.Candidate | None, float]:
+        ok = [c for c in self.windows if bound is None or self.p99(c) <= bound]
+        if not ok:
+            return None, 0.0
+        c = max(ok, key=self.throughput)
+        return c, self.throughput(c)
+
+    def score(self, chosen: search.Candidate | None, bound: float | None) -> float:
+        """The chosen setting's true throughput over the true best's (0 when it breaks the bound or is none)."""
+        _, top = self.best(bound)
+        if chosen is None or top == 0:
+            return 0.0 if top else 1.0
+        if bound is not None and self.p99(chosen) > bound:
+            return 0.0
+        return self.throughput(chosen) / top
+
+    def space(self) -> search.Space:
+        return search.Space.for_config({"max_batch_size": self.doc["max_batch_size"]})
+
+
+def replay(truth: Truth, bound: float | None, served: search.Candidate) -> search.Search:
+    seen: dict[search.Candidate, int] = {}
+
+    def measure(c: search.Candidate) -> LevelResult:
+        ws = truth.windows.get(c)
+        if not ws:
+            raise PerfError(f"{c.describe()} is not in the truth")
+        i = seen.get(c, 0)
+        seen[c] = i + 1
+        return ws[i % len(ws)]
+
+    space = truth.space()
+    budget = search.Budget(max_trials=max(5, round(0.15 * len(space))))
+    s = search.Search(space, search.Objective(bound), measure, budget)
+    s.run(served)
+    return s
+
+
+def run_replay(part: str, root: Path) -> list[dict]:
+    rows = []
+    for doc in load_truth(root, part):
+        truth = Truth(doc)
+        served = search.Candidate(1, None)
+        for label, bound in [("throughput", None), *bounds(doc).items()]:
+            s = replay(truth, bound, served)
+            chosen = s.best()
+            _, top = truth.best(bound)
+            rows.append({"model": doc["model"], "part": doc["part"], "objective": label, "bound_ms": bound,
+                         "measured": s.budget.used, "space": len(truth.windows),
+                         "score": round(truth.score(chosen, bound), 3), "exists": top > 0,
+                         "chosen": chosen.describe() if chosen else None,
+                         "best": truth.best(bound)[0].describe() if top else None})  # type: ignore[union-attr]
+    return rows
+
+
+def report(rows: list[dict]) -> None:
+    print(f"{'model':12}{'part':>8}{'objective':>12}{'bound':>8}{'measured':>10}{'score':>7}  chosen / best")
+    for r in rows:
+        b = "-" if r["bound_ms"] is None else f"{r['bound_ms']:g}"
+        sc = f"{r['score']:.0%}" if r["exists"] else "none"
+        print(f"{r['model']:12}{r['part']:>8}{r['objective']:>12}{b:>8}{r['measured']:>5}/{r['space']:<4}{sc:>7}  "
+              f"{r['chosen']} / {r['best']}")
+    scores = [r["score"] for r in rows if r["exists"]]
+    if scores:
+        print(f"{len(scores)} runs: min {min(scores):.1%}, mean {statistics.mean(scores):.1%}, "
+              f"below 95%: {sum(s < 0.95 for s in scores)}, most measured {max(r['measured'] for r in rows)}")
+
+
+# -- live ---------------------------------------------------------------------------------------------------
+
+def live(root: Path, duration: str, names: list[str]) -> list[dict]:
+    from kubectl_triton.adapters.tritonserver import TritonServer
+
+    docs = [d for d in load_truth(root, "heldout") if not names or d["model"] in names]
+    chosen = [s for s in specs() if s.name in {d["model"] for d in docs}]
+    exe = Path(sys.executable).parent / "kubectl-triton"
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        repo = make_repo(Path(tmp) / "models", chosen)
+        with TritonServer(repo, model_control_mode="explicit",
+                          extra_args=[f"--load-model={s.name}" for s in chosen]) as server:
+            server.wait_ready(120)
+            for doc in docs:
+                truth = Truth(doc)
+                for label, bound in [("throughput", None), *bounds(doc).items()]:
+                    obj = [] if bound is None else ["--objective", "latency", "--max-p99", f"{bound:g}ms"]
+                    cmd = [str(exe), "tune", doc["model"], "--url", server.http_url, "--concurrency",
+                           str(CONCURRENCY), "--duration", duration, *obj, "-o", "json"]
+                    t0 = time.monotonic()
+                    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+                    found = json.loads(proc.stdout)
+                    best = _candidate(found["best"]["config"]) if found["best"] else None
+                    _, top = truth.best(bound)
+                    rows.append({"model": doc["model"], "part": "heldout", "objective": label, "bound_ms": bound,
+                                 "measured": found["measurements"], "space": found["space"],
+                                 "score": round(truth.score(best, bound), 3), "exists": top > 0,
+                                 "exit": proc.returncode, "stderr": proc.stderr.strip() or None,
+                                 "seconds": round(time.monotonic() - t0, 1),
+                                 "chosen": best.describe() if best else None,
+                                 "best": truth.best(bound)[0].describe() if top else None,  # type: ignore
+                                 "command": " ".join(cmd[1:])})
+                    print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("what", choices=("sweep", "replay", "live", "list"))
+    ap.add_argument("--models", default="")
+    ap.add_argument("--set", default="dev", choices=("dev", "heldout", "all"))
+    ap.add_argument("--duration", default="1.5s")
+    ap.add_argument("--truth", type=Path, default=TRUTH)
+    ap.add_argument("--json", type=Path, default=None)
+    args = ap.parse_args()
+    names = [n for n in args.models.split(",") if n]
+    if args.what == "list":
+        for s in specs():
+            print(f"{s.name:12}{s.part:>8}  max_batch_size {s.max_batch_size:<3} {s.doc}")
+        return
+    if args.what == "sweep":
+        sweep(names, float(args.duration.rstrip("s")), 0.4, args.truth)
+        return
+    rows = run_replay(args.set, args.truth) if args.what == "replay" else live(args.truth, args.duration, names)
+    report(rows)
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()

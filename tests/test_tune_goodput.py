@@ -1,0 +1,274 @@
+"""`kubectl triton tune --objective goodput`: streamed requests over gRPC against a real tritonserver serving a
+decoupled in-flight batching LLM (bench/llm_models.py, sleep costs of a decoder's prefill and decode steps): TTFT,
+ITL, TPOT and goodput measured by the plugin's own load generator; the knob search finds the max_num_seqs that
+meets the targets, records a setting the server refuses as a failed trial, writes the winner and its evidence
+into the repository's config.pbtxt, and restores the served configuration. The request builder is checked on
+real LLM model configurations (TensorRT-LLM's in-flight batching repository, vLLM's)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from google.protobuf import json_format
+
+from kubectl_triton.errors import InputError
+from kubectl_triton.formats import pbtxt
+from kubectl_triton.perf import PerfError, llmtune, streaming
+from kubectl_triton.perf.search import Budget
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+
+from llm_models import write_model  # noqa: E402
+
+from kubectl_triton.adapters.tritonserver import TritonServer  # noqa: E402
+
+IFB = "conformance/real-world/tensorrtllm_backend-inflight_batcher_llm"
+# decoding a sequence costs 0.8 ms a step: at 16 clients, 4 sequences at a time queue the rest for their first
+# token (TTFT ~900 ms), 8 meet 750 ms / 17.5 ms (TTFT p99 ~660 ms, TPOT ~15 ms), 16 decode too slowly (TPOT ~20 ms)
+COSTS = {"decode_ms": 0.8}
+TARGETS = ("--max-ttft", "750ms", "--max-itl", "17.5ms")
+
+
+def served_form(path: Path) -> dict:
+    """A config.pbtxt in the JSON form Triton's gRPC ModelConfig answers with."""
+    return json_format.MessageToDict(pbtxt.parse(path.read_text(), str(path)), preserving_proto_field_name=True)
+
+
+def decode(tensor) -> list:
+    import numpy as np
+
+    if tensor.datatype == "BYTES":
+        out, raw = [], tensor.data
+        while raw:
+            n = int.from_bytes(raw[:4], "little")
+            out.append(raw[4:4 + n].decode())
+            raw = raw[4 + n:]
+        return out
+    dtype = {"INT32": np.int32, "BOOL": np.bool_}[tensor.datatype]
+    return np.frombuffer(tensor.data, dtype=dtype).tolist()
+
+
+# -- requests for real LLM interfaces ---------------------------------------------------------------------------
+
+def test_requests_for_the_tensorrtllm_ensemble_and_model(shared_dir):
+    ens = served_form(shared_dir / IFB / "ensemble" / "config.pbtxt")
+    reqs = streaming.llm_requests(ens, prompt_tokens=12, output_tokens=7)
+    t = {x.name: x for x in reqs[0]}
+    assert set(t) == {"text_input", "max_tokens", "stream"}  # what the ensemble streams with
+    assert t["text_input"].shape == (1, 1) and len(decode(t["text_input"])[0].split()) == 12
+    assert decode(t["max_tokens"]) == [7] and decode(t["stream"]) == [True]
+    assert len({decode(r[0])[0] for r in reqs}) == len(reqs)  # different prompts
+
+    model = served_form(shared_dir / IFB / "tensorrt_llm" / "config.pbtxt")
+    t = {x.name: x for x in streaming.llm_requests(model, 12, 7)[0]}
+    assert {"input_ids", "input_lengths", "request_output_len", "streaming"} <= set(t)
+    assert t["input_ids"].shape == (1, 12) and decode(t["input_lengths"]) == [12]
+    assert decode(t["request_output_len"]) == [7]
+    streaming.require_decoupled(model)  # decoupled: True in the real file
+    with pytest.raises(InputError, match="ensemble"):
+        llmtune.knobs_for(ens, {}, None)
+    knobs = llmtune.knobs_for(model, {}, None)
+    assert [k.name for k in knobs] == ["kv_cache_free_gpu_mem_fraction", "batch_scheduler_policy",
+                                       "enable_chunked_context"]
+    served = llmtune.served_values(model, knobs, None)  # the deployment guide's values; chunked context left ${...}
+    assert served == ("0.85", "max_utilization", "false")
+    assert llmtune.with_served(knobs, served)[0].values == ("0.5", "0.7", "0.85", "0.9")
+
+
+def test_requests_for_vllm_and_refusals(shared_dir):
+    # the inputs Triton's vLLM backend fills in (auto_complete_config of vllm_backend's src/model.py) for the
+    # sample model, whose config.pbtxt names only the backend
+    cfg = served_form(shared_dir / "conformance/realworld-configs/triton-inference-server__vllm_backend__samples__"
+                                   "model_repository/vllm_model/config.pbtxt")
+    assert cfg["backend"] == "vllm" and "input" not in cfg
+    cfg.update(input=[{"name": "text_input", "data_type": "TYPE_STRING", "dims": ["1"]},
+                      {"name": "stream", "data_type": "TYPE_BOOL", "dims": ["1"], "optional": True},
+                      {"name": "sampling_parameters", "data_type": "TYPE_STRING", "dims": ["1"], "optional": True},
+                      {"name": "exclude_input_in_output", "data_type": "TYPE_BOOL", "dims": ["1"],
+                       "optional": True}],
+               model_transaction_policy={"decoupled": True})
+    t = {x.name: x for x in streaming.llm_requests(cfg, 5, 9)[0]}
+    assert json.loads(decode(t["sampling_parameters"])[0]) == {"max_tokens": 9, "min_tokens": 9, "ignore_eos": True}
+    assert t["text_input"].shape == (1,) and decode(t["exclude_input_in_output"]) == [True]
+    knobs = llmtune.knobs_for(cfg, {"max_num_seqs": ["16", "32"]}, None)
+    assert [(k.name, k.where, k.values[:2]) for k in knobs][0] == ("max_num_seqs", "model_json", ("16", "32"))
+    config, files = llmtune.apply(cfg, knobs, ("32", "0.8", "true"), {"model": "facebook/opt-125m"})
+    assert json.loads(files["file:1/model.json"]) == {"model": "facebook/opt-125m", "max_num_seqs": 32,
+                                                      "gpu_memory_utilization": 0.8, "enable_chunked_prefill": True}
+
+    resnet = {"name": "resnet", "input": [{"name": "INPUT0", "data_type": "TYPE_FP32", "dims": ["3"]}]}
+    with pytest.raises(InputError, match="none of the LLM interfaces"):
+        streaming.llm_requests(resnet, 4, 4)
+    with pytest.raises(InputError, match="not decoupled"):
+        streaming.require_decoupled(resnet)
+
+
+# -- goodput and the search, on synthetic figures ---------------------------------------------------------------
+
+@pytest.mark.parametrize("ttft, tpot, slo, good", [
+    (100.0, 10.0, streaming.Slo(200, 20), True),
+    (300.0, 10.0, streaming.Slo(200, 20), False),
+    (100.0, 30.0, streaming.Slo(200, 20), False),
+    (300.0, 30.0, streaming.Slo(None, 40), True),
+    (100.0, None, streaming.Slo(200, 20), True),  # one token: no gaps, TPOT does not apply
+])
+def test_a_good_request(ttft, tpot, slo, good):
+    assert slo.good(ttft, tpot) is good
+
+
+def test_summary_counts_goodput_tokens_and_gaps():
+    done = [streaming.Completed(0.5, 80.0, (10.0, 12.0, 14.0)),  # good: TTFT 80, TPOT 12
+            streaming.Completed(1.0, 250.0, (10.0, 10.0)),  # TTFT over
+            streaming.Completed(1.5, 90.0, (30.0, 40.0))]  # TPOT 35 over
+    r = streaming.summarize(8, done, 2.0, streaming.Slo(200, 20))
+    assert r.requests == 3 and r.requests_per_s == 1.5 and r.goodput == 0.5
+    assert r.output_tokens_per_s == (4 + 3 + 3) / 2 and round(r.good_fraction, 3) == 0.333
+    assert r.itl_p50_ms == 12.0 and r.ttft_p50_ms == 90.0
+
+
+def _synthetic(peak: dict[str, float]):
+    def measure(values: tuple[str, ...]) -> streaming.StreamResult:
+        if values[0] == "oom":
+            raise PerfError("load llm: out of memory")
+        g = peak.get(values[0], 0.0) * (1.2 if values[1] == "true" else 1.0)
+        return streaming.StreamResult(16, 40, 4.0, 400.0, 100.0, 500.0 if g == 0 else 150.0, 10.0, 20.0, 10.0, 20.0,
+                                      g, g / 4.0, 0.02)
+    return measure
+
+
+def test_search_climbs_to_the_peak_within_budget_and_skips_a_refused_setting():
+    knobs = [llmtune.Knob("max_num_seqs", "parameter", ("2", "4", "8", "16", "32", "oom")),
+             llmtune.Knob("enable_chunked_context", "parameter", ("false", "true"))]
+    peak = {"2": 0.0, "4": 1.0, "8": 2.0, "16": 3.0, "32": 1.5}
+    s = llmtune.GoodputSearch(knobs, _synthetic(peak), Budget(8))
+    s.run(("4", "false"))
+    assert llmtune.choose(s, streaming.Slo(200, 20)) == ("16", "true")
+    assert len(s.trials) <= 8 and s.trials[0].baseline
+    s = llmtune.GoodputSearch(knobs, _synthetic(peak), Budget(None))
+    s.exhaustive(("4", "false"))
+    assert len(s.trials) == 12 and sum(t.error is not None for t in s.trials) == 2
+    assert llmtune.choose(s, streaming.Slo(200, 20)) == ("16", "true")
+    s = llmtune.GoodputSearch(knobs, _synthetic({"4": 0.0}), Budget(4))
+    s.run(("4", "false"))
+    with pytest.raises(PerfError, match="no setting served a request within TTFT <= 200 ms, TPOT <= 20 ms"):
+        llmtune.choose(s, streaming.Slo(200, 20))
+
+
+# -- against tritonserver ---------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def llm_server(tmp_path_factory):
+    root = tmp_path_factory.mktemp("llm")
+    write_model(root, "llm", costs=COSTS)
+    with TritonServer(root, model_control_mode="explicit", extra_args=["--load-model=llm"]) as server:
+        server.wait_ready(60)
+        yield server
+
+
+@pytest.fixture
+def gitops(tmp_path: Path) -> Path:
+    (tmp_path / "overlays").mkdir()
+    src = tmp_path / "src"
+    write_model(src, "llm", costs=COSTS)
+    folder = tmp_path / "models" / "chat" / "llm"
+    folder.mkdir(parents=True)
+    (folder / "config.pbtxt").write_text((src / "llm" / "config.pbtxt").read_text())
+    return tmp_path
+
+
+def grpc(server) -> str:
+    return f"127.0.0.1:{server.grpc_port}"
+
+
+def served(server) -> dict:
+    return server.request("GET", "/v2/models/llm/config")
+
+
+GOODPUT = ("--protocol", "grpc", "--objective", "goodput", "--concurrency", "16", "--duration", "2s", "--warmup",
+           "0.5s", "--prompt-tokens", "128", "--output-tokens", "32")
+
+
+def test_goodput_tune_finds_the_batch_that_meets_the_targets_and_writes_it(run_cli, llm_server, gitops):
+    before = served(llm_server)
+    res = run_cli("tune", "llm", "--url", grpc(llm_server), *GOODPUT, *TARGETS,
+                  "--param", "max_num_seqs=2,4,8,16", "--max-trials", "6", "--write", "--repo", str(gitops),
+                  "-o", "json")
+    assert res.exit_code == 0, res.stderr
+    doc = json.loads(res.stdout)
+    assert doc["objective"] == "goodput" and doc["targets"] == {"max_ttft_ms": 750.0, "max_itl_ms": 17.5}
+    assert [k["name"] for k in doc["knobs"]] == ["max_num_seqs", "instance_count"] and doc["space"] == 8
+    base, best = doc["baseline"], doc["best"]
+    assert base["setting"] == {"max_num_seqs": "4", "instance_count": "1"}
+    trials = json.dumps(doc["trials"], indent=0)
+    assert base["goodput"] < 0.2 * best["goodput"] and base["ttft_p99_ms"] > 750, trials
+    assert best["setting"] == {"max_num_seqs": "8", "instance_count": "1"}, trials
+    assert best["good_fraction"] > 0.8 and best["ttft_p50_ms"] < 750 and best["tpot_p50_ms"] < 17.5
+    assert doc["measurements"] == len(doc["trials"]) <= 6
+    assert all({"ttft_p99_ms", "itl_p99_ms", "tpot_p99_ms", "output_tokens_per_s", "goodput"} <= set(t)
+               for t in doc["trials"] if not t["error"])
+    assert served(llm_server) == before  # the served configuration is back
+
+    path = gitops / "models" / "chat" / "llm" / "config.pbtxt"
+    assert doc["written"] == [str(path)]
+    text = path.read_text()
+    cfg = pbtxt.parse(text)
+    assert cfg.parameters["max_num_seqs"].string_value == "8"
+    assert cfg.parameters["kv_cache_free_gpu_mem_fraction"].string_value == "0.5"  # untouched
+    lines = [x for x in text.splitlines() if x.startswith("# tune goodput:")]
+    assert len(lines) == 2 and "targets TTFT <= 750 ms, TPOT <= 17.5 ms" in lines[0] and "goodput" in lines[1]
+    # a second --write replaces the evidence instead of piling it up
+    res = run_cli("tune", "llm", "--url", grpc(llm_server), *GOODPUT, *TARGETS,
+                  "--param", "max_num_seqs=8", "--instances", "1", "--write", "--repo", str(gitops), "-o", "json")
+    assert res.exit_code == 0, res.stderr
+    assert len([x for x in path.read_text().splitlines() if x.startswith("# tune goodput:")]) == 2
+
+
+def test_goodput_exhaustive_records_a_refused_setting(run_cli, llm_server):
+    res = run_cli("tune", "llm", "--url", grpc(llm_server), *GOODPUT, *TARGETS, "--param", "max_num_seqs=8",
+                  "--param", "kv_cache_free_gpu_mem_fraction=0.5,0.95", "--instances", "1", "--exhaustive",
+                  "-o", "json")
+    assert res.exit_code == 0, res.stderr
+    doc = json.loads(res.stdout)
+    assert doc["space"] == 4 and doc["measurements"] == 4  # the served max_num_seqs (4) joins the values
+    refused = [t for t in doc["trials"] if t["setting"]["kv_cache_free_gpu_mem_fraction"] == "0.95"]
+    assert len(refused) == 2 and all("out of memory" in t["error"] and "goodput" not in t for t in refused)
+    assert doc["best"]["setting"] == {"max_num_seqs": "8", "kv_cache_free_gpu_mem_fraction": "0.5",
+                                      "instance_count": "1"}
+
+
+def test_goodput_that_no_setting_meets_exits_1_with_the_closest(run_cli, llm_server):
+    res = run_cli("tune", "llm", "--url", grpc(llm_server), *GOODPUT, "--max-ttft", "5ms", "--param",
+                  "max_num_seqs=4", "--instances", "1")
+    assert res.exit_code == 1
+    rows = res.stdout.splitlines()
+    assert rows[0].split() == ["#", "MAX_NUM_SEQS", "INSTANCE_COUNT", "GOODPUT/S", "GOOD%", "TTFT_P99_MS",
+                               "TPOT_P99_MS", "TOKENS/S", "NOTE"]
+    assert rows[1].split()[:5] == ["1", "4", "1", "0.00", "0"] and rows[1].endswith("baseline")
+    assert "no setting served a request within TTFT <= 5 ms (closest: TTFT p99" in res.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    (("--objective", "goodput", "--max-ttft", "1s"), "streams tokens over gRPC"),
+    (("--objective", "goodput", "--protocol", "grpc"), "needs --max-ttft and/or --max-itl"),
+    (("--max-ttft", "1s"), "belong to --objective goodput"),
+    (("--objective", "goodput", "--protocol", "grpc", "--max-itl", "1s", "--param", "max_num_seqs"),
+     "expected NAME=VALUE"),
+])
+def test_goodput_usage_errors(run_cli, llm_server, args, message):
+    url = grpc(llm_server) if "grpc" in args else llm_server.http_url
+    res = run_cli("tune", "llm", "--url", url, *args)
+    assert res.exit_code == 2 and message in res.stderr and "Traceback" not in res.stderr
+
+
+def test_goodput_on_a_model_that_does_not_stream(run_cli, tmp_path):
+    from tests.test_bench import explicit_server
+
+    with explicit_server(tmp_path / "models", ("fixedcost",)) as server:
+        server.wait_ready(60)
+        res = run_cli("tune", "fixedcost", "--url", grpc(server), "--protocol", "grpc", "--objective", "goodput",
+                      "--max-ttft", "1s")
+    assert res.exit_code == 2 and "is not decoupled" in res.stderr and len(res.stderr.strip().splitlines()) <= 2
