@@ -277,10 +277,10 @@ def test_search_reaches_the_known_optimum(bound):
     objective = search.Objective(bound)
     optimum = search.Candidate(2, search.batching(500, [8 if bound is None else 4]))
     assert _exhaustive_best(space, objective) == optimum and len(space) == 63
-    found = search.Search(space, objective, measure_with(synthetic), search.Budget(max_trials=20))
+    found = search.Search(space, objective, measure_with(synthetic), search.Budget(max_trials=15))
     found.run(search.Candidate(1, None))
     assert search.choose(found.figures, objective) == optimum
-    assert len(found.trials) <= 15  # of 63
+    assert len(found.trials) <= 15  # of 63: the descent and then its neighbours, within the budget
     again = [t for t in found.trials if t.why == "p99 bound: measured again"]
     assert [t.candidate for t in again] == ([] if bound is None else [optimum])  # a latency winner is confirmed
     assert found.trials[0].baseline and len({t.candidate for t in found.trials}) == len(found.trials) - len(again)
@@ -352,7 +352,7 @@ def test_budget_in_time_and_failures():
     found.run(search.Candidate(1, None))
     assert len(found.trials) == 3 and t[0] == 9  # a fourth would end after 10 s
     t[0] = 0.0
-    found = search.Search(space, search.Objective(), measure, search.Budget(max_trials=4))
+    found = search.Search(space, search.Objective(), measure, search.Budget(max_trials=8))
     found.run(search.Candidate(2, search.batching(0)))
     failed = [x for x in found.trials if x.error]
     assert failed and failed[0].candidate.instance_count == 3 and failed[0].error == "load: out of memory"

@@ -2,9 +2,10 @@
 user's `--param`), each candidate loaded through Triton's model control (a config override, and a model.json
 override for vLLM) and measured with streamed requests (perf.streaming): goodput against TTFT / TPOT targets.
 
-The search is coordinate descent over the knobs from the served setting, like the throughput search: step along
-one knob while the step is better by more than the noise (a step within noise but ahead is measured again),
-repeat passes while one moved, within a budget. Ties on goodput go to the lower TTFT p99."""
+The search is the throughput search's, over the knobs: coordinate descent from the served setting (step along one
+knob while the step is better by more than the noise; a step within noise but ahead is measured again; passes
+while one moved), then the unmeasured neighbours of the best (one knob, then two knobs away) while the budget
+lasts. Ties on goodput go to the lower TTFT p99."""
 
 from __future__ import annotations
 
@@ -262,7 +263,30 @@ class GoodputSearch:
                 if spent:
                     return self.trials
             if cur == before:
-                return self.trials
+                break
+        self.explore()
+        return self.trials
+
+    def neighbours(self, values: tuple[str, ...]) -> list[tuple[str, ...]]:
+        """One step along each knob, then along two knobs at once."""
+        def steps(axis: int, v: tuple[str, ...]) -> list[tuple[str, ...]]:
+            vals = self.knobs[axis].values
+            i = vals.index(v[axis])
+            return [v[:axis] + (vals[j],) + v[axis + 1:] for j in (i - 1, i + 1) if 0 <= j < len(vals)]
+
+        out = [n for a in range(len(self.knobs)) for n in steps(a, values)]
+        out += [m for a, b in itertools.combinations(range(len(self.knobs)), 2) for n in steps(a, values)
+                for m in steps(b, n)]
+        return list(dict.fromkeys(x for x in out if x != values))
+
+    def explore(self) -> None:
+        """What the budget has left goes to the unmeasured neighbours of the best setting so far."""
+        while self.budget.allows():
+            best = self.best()
+            todo = [n for n in self.neighbours(best) if n not in self.figures] if best else []
+            if not todo:
+                return
+            self._run(todo[0], "neighbour of the best")
 
     def exhaustive(self, start: tuple[str, ...]) -> list[Trial]:
         self._run(start, "served setting", baseline=True)

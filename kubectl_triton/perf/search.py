@@ -2,12 +2,13 @@
 preferred batch sizes (and max_batch_size when allowed).
 
 The space is small and ordered along each axis, measurements are costly (a model reload and a load window
-each) and noisy, and the axes interact weakly. So the strategy is coordinate descent with early stopping:
-from the served setting, one axis at a time in order of expected effect (batching, instances,
-preferred sizes, delay, max batch size), step to the next value while that is better by more than the noise, stop
-at the first step that is not; repeat passes while a pass moved. A step that lies within noise of the
-incumbent but ahead of it is measured again, and taken if it stays ahead; a winner whose p99 is near the
-`--max-p99` bound is measured again before it is chosen. Everything stops at the budget (trials or time).
+each) and noisy. So the strategy is coordinate descent with early stopping, then a local search: from the
+served setting, one axis at a time (batching, preferred sizes, instances, delay, max batch size), step to the
+next value while that is better by more than the noise, stop at the first step that is not; repeat passes while
+a pass moved. A step that lies within noise of the incumbent but ahead of it is measured again, and taken if it
+stays ahead. What the budget has left goes to the unmeasured neighbours of the best setting, one axis and then
+two axes away (where axes interact: a delay pays only with a preferred size). A winner of a `--max-p99` bound
+is measured again before it is chosen. Everything stops at the budget (trials or time).
 
 `Space`, `Objective`, `Search` and `choose` are pure (a `measure` function is handed in: tests drive them
 with synthetic cost functions); `TuneRun` loads candidates into a target and always loads the original
@@ -155,7 +156,9 @@ class Space:
         return len(self.all())
 
     # -- axes: the ordered values of one coordinate, and a candidate with it changed --------------------
-    AXES = ("batching", "instances", "preferred", "delay", "max_batch_size")
+    # the preferred size before the instance count: which cap pays depends on the per-execution cost, and the
+    # instance count that pays depends on the batches each instance then forms (bench/tune_heldout.py)
+    AXES = ("batching", "preferred", "instances", "delay", "max_batch_size")
 
     def values(self, axis: str, cand: Candidate) -> list:
         if axis == "instances":
@@ -423,8 +426,42 @@ class Search:
                     return self.trials
             if cur == before:
                 break
+        self.explore()
         self.confirm()
         return self.trials
+
+    def neighbours(self, cand: Candidate) -> list[Candidate]:
+        """The settings one step away from `cand` along one axis, then along two axes at once (the pairs whose
+        effects depend on each other: a delay pays only with a preferred size that makes the batcher wait for
+        it, and how many instances pay depends on the batches each one forms)."""
+        def steps(axis: str, c: Candidate) -> list[Candidate]:
+            vals = self.space.values(axis, c)
+            i = self.space.snap(axis, c)
+            if i is None:
+                return []
+            return [self.space.with_value(axis, c, vals[j]) for j in (i - 1, i + 1) if 0 <= j < len(vals)]
+
+        out: list[Candidate] = []
+        for axis in self.space.AXES:
+            out.extend(steps(axis, cand))
+        for a, b in (("preferred", "delay"), ("instances", "preferred"), ("instances", "delay")):
+            for first in steps(a, cand):
+                out.extend(steps(b, first))
+        seen: set[Candidate] = {cand}
+        return [c for c in out if not (c in seen or seen.add(c))]  # type: ignore[func-returns-value]
+
+    def explore(self) -> None:
+        """Spend what the budget has left on the unmeasured neighbours of the best setting so far (a walk along
+        one axis at a time stops where two axes must move together), the best's neighbours again whenever a
+        new one takes the lead."""
+        while self.budget.allows(self._reserve()):
+            best = self.best() or choose(self.figures, Objective(), required=False)
+            if best is None:
+                return
+            todo = [c for c in self.neighbours(best) if c not in self.figures]
+            if not todo:
+                return
+            self._run(todo[0], "neighbour of the best")
 
     def confirm(self) -> None:
         """Measure the winner of a latency objective again (one window's p99 may have been lucky: a tail that
