@@ -119,6 +119,7 @@ def test_latency_objective_and_refused_candidates(run_cli, triton, gitops):
     res = run_cli("tune", "fixedcost", "--url", triton.http_url, *QUICK, "--instances", "1", "--max-trials", "2",
                   "--objective", "latency", "--max-p99", "1ms", "--write", "--repo", str(gitops))
     assert res.exit_code == 1 and res.stderr.startswith("error: no setting kept p99 within 1 ms")
+    assert "ms is achievable at this concurrency)" in res.stderr
     assert res.stdout.splitlines()[1].endswith("baseline, p99 over bound")  # what was measured is still shown
     assert (gitops / "models/fixed/fixedcost/config.pbtxt").read_text() == \
         config_text("fixedcost").replace('backend: "python"', 'backend: "python"  # keep me')
@@ -391,3 +392,24 @@ def test_config_edit_keeps_everything_else():
     assert pbtxt.parse(bare).instance_group[0].count == 2 and not pbtxt.parse(bare).HasField("dynamic_batching")
     wider = configedit.edit(text, "c", 1, None, max_batch_size=32)
     assert wider.startswith('# header\nname: "m"\nmax_batch_size: 32\n') and pbtxt.parse(wider).max_batch_size == 32
+
+
+def test_stability_criterion_and_merged_windows(run_cli, triton):
+    from kubectl_triton.perf import loadgen
+
+    even = [i / 100 for i in range(100)]  # 20 completions in each fifth of a 1 s window
+    assert loadgen.spread(even, 1.0) == 0.0 and loadgen.spread(even[:50], 1.0) == 1.0  # the second half is empty
+    assert loadgen.spread(even[:5], 1.0) is None  # too few to judge
+    a = LevelResult(16, 100.0, 10, 20, 30, None, 5.0, 4.0, 100, 0.02, 0.3)
+    b = LevelResult(16, 80.0, 12, 22, 50, None, 7.0, None, 80, 0.02, 0.05)
+    assert not a.stable(10) and a.stable(30) and a.stable(0) and b.stable(10)
+    m = loadgen.merge([a, b])
+    assert (m.throughput, m.p50_ms, m.p99_ms, m.requests, m.windows, m.batch) == (90.0, 11, 50, 180, 2, 4.0)
+    # a criterion no window meets: every measurement takes three windows, and says so
+    res = run_cli("tune", "fixedcost", "--url", triton.http_url, *QUICK, "--instances", "1", "--max-trials", "2",
+                  "--stability", "0.001", "-o", "json")
+    assert res.exit_code == 0, res.stderr
+    assert [t["windows"] for t in json.loads(res.stdout)["trials"]] == [3, 3]
+    res = run_cli("tune", "fixedcost", "--url", triton.http_url, *QUICK, "--instances", "1", "--max-trials", "2",
+                  "--stability", "0", "-o", "json")
+    assert [t["windows"] for t in json.loads(res.stdout)["trials"]] == [1, 1]

@@ -4,6 +4,7 @@ a short warm-up before it is not measured. Triton's statistics are read at both 
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -30,13 +31,38 @@ class LevelResult:
     batch: float | None
     requests: int
     noise: float | None = None  # relative standard error of the throughput, from the window's five fifths
+    spread: float | None = None  # the largest deviation of a fifth's throughput from their mean, relative
+    windows: int = 1
 
     def to_dict(self) -> dict:
         d = asdict(self)
-        for k in ("throughput", "p50_ms", "p90_ms", "p99_ms", "queue_us", "compute_us", "batch", "noise"):
+        for k in ("throughput", "p50_ms", "p90_ms", "p99_ms", "queue_us", "compute_us", "batch", "noise", "spread"):
             if d[k] is not None:
-                d[k] = round(d[k], 3 if k.endswith("_ms") or k in ("batch", "noise") else 1)
+                d[k] = round(d[k], 3 if k.endswith("_ms") or k in ("batch", "noise", "spread") else 1)
         return d
+
+    def stable(self, percent: float) -> bool:
+        """perf_analyzer's stability criterion, inside one window: every fifth's throughput within `percent` of
+        their mean (a window too short to judge counts as stable; 0 turns the criterion off)."""
+        return percent <= 0 or self.spread is None or self.spread * 100 <= percent
+
+
+def merge(results: Sequence[LevelResult]) -> LevelResult:
+    """Equal windows of one setting as one result: mean throughput and percentiles, the worst p99."""
+    n = len(results)
+
+    def mean(values: list[float | None]) -> float | None:
+        vals = [v for v in values if v is not None]
+        return sum(vals) / len(vals) if vals else None
+
+    noises = [r.noise for r in results if r.noise is not None]
+    return LevelResult(results[0].concurrency, sum(r.throughput for r in results) / n,
+                       sum(r.p50_ms for r in results) / n, sum(r.p90_ms for r in results) / n,
+                       max(r.p99_ms for r in results), mean([r.queue_us for r in results]),
+                       mean([r.compute_us for r in results]), mean([r.batch for r in results]),
+                       sum(r.requests for r in results),
+                       math.sqrt(sum(x * x for x in noises)) / len(noises) if noises else None,
+                       results[-1].spread, sum(r.windows for r in results))
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -49,17 +75,34 @@ def percentile(values: Sequence[float], q: float) -> float:
     return values[lo] + (values[hi] - values[lo]) * (pos - lo)
 
 
-def relative_error(offsets_s: Sequence[float], window_s: float, parts: int = PARTS) -> float | None:
-    """Relative standard error of a window's throughput, from the completions in each of its `parts` equal
-    slices (`offsets_s`: completion times from the window's start). None with too few completions."""
+def _slices(offsets_s: Sequence[float], window_s: float, parts: int) -> list[int] | None:
+    """Completions in each of a window's `parts` equal slices; None with too few completions to judge."""
     if window_s <= 0 or len(offsets_s) < 2 * parts:
         return None
     counts = [0] * parts
     for t in offsets_s:
         counts[min(parts - 1, max(0, int(t / window_s * parts)))] += 1
+    return counts
+
+
+def relative_error(offsets_s: Sequence[float], window_s: float, parts: int = PARTS) -> float | None:
+    """Relative standard error of a window's throughput, from the completions in each of its `parts` equal
+    slices (`offsets_s`: completion times from the window's start). None with too few completions."""
+    counts = _slices(offsets_s, window_s, parts)
+    if counts is None:
+        return None
     mean = sum(counts) / parts
     var = sum((c - mean) ** 2 for c in counts) / (parts - 1)
     return (var ** 0.5) / mean / parts ** 0.5 if mean > 0 else None
+
+
+def spread(offsets_s: Sequence[float], window_s: float, parts: int = PARTS) -> float | None:
+    """The largest deviation of a slice's completions from the slices' mean, relative to it."""
+    counts = _slices(offsets_s, window_s, parts)
+    if counts is None:
+        return None
+    mean = sum(counts) / parts
+    return max(abs(c - mean) for c in counts) / mean if mean > 0 else None
 
 
 def summarize(concurrency: int, latencies_s: Sequence[float], window_s: float, sp: Split,
@@ -68,7 +111,8 @@ def summarize(concurrency: int, latencies_s: Sequence[float], window_s: float, s
     lat = sorted(x * 1e3 for x in latencies_s)
     return LevelResult(concurrency, len(lat) * batch_size / window_s if window_s > 0 else 0.0,
                        percentile(lat, 50), percentile(lat, 90), percentile(lat, 99),
-                       sp.queue_us, sp.compute_us, sp.batch, len(lat), relative_error(offsets_s, window_s))
+                       sp.queue_us, sp.compute_us, sp.batch, len(lat), relative_error(offsets_s, window_s),
+                       spread(offsets_s, window_s))
 
 
 def run_level(target: Target, requests: list[list[Tensor]], concurrency: int, duration_s: float,

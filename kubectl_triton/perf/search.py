@@ -28,13 +28,14 @@ from types import FrameType
 
 from kubectl_triton.perf import PerfError
 from kubectl_triton.perf.inputs import Tensor
-from kubectl_triton.perf.loadgen import LevelResult, run_level
+from kubectl_triton.perf.loadgen import LevelResult, merge, run_level
 from kubectl_triton.perf.target import Target
 
 DELAYS_US = (0, 100, 500, 1000, 2000)
 PREFERRED: tuple[tuple[int, ...], ...] = ((), (4,), (8,), (16,))
 MAX_BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128)
 NOISE_FLOOR = 0.03  # two windows within 3% are a tie whatever their own spread says
+MAX_WINDOWS = 3  # an unstable window is followed by at most two more (see TuneRun)
 
 
 @dataclass(frozen=True)
@@ -499,7 +500,8 @@ def choose(figures: dict[Candidate, Figures], objective: Objective, *, required:
             f"{c.describe()}: {f.error}" for c, f in figures.items() if f.error)[:400])
     low_c, low_f = min(measured, key=lambda cf: cf[1].p99_ms)
     raise PerfError(f"no setting kept p99 within {objective.max_p99_ms:g} ms (lowest: {low_f.p99_ms:.1f} ms with "
-                    f"{low_c.describe()})", hint="raise --max-p99 or lower --concurrency")
+                    f"{low_c.describe()}: --max-p99 {math.ceil(low_f.p99_ms)}ms is achievable at this concurrency)",
+                    hint="raise --max-p99 or lower --concurrency")
 
 
 def grid(config: dict, concurrency: int, instances: Sequence[int], delays_us: Sequence[int],
@@ -578,12 +580,16 @@ def guard() -> Iterator[Guard]:
 
 class TuneRun:
     """Loads candidates into `target` and measures them at one concurrency; `restore()` loads the original
-    configuration again. Use inside `guard()`: loads are shielded from Ctrl-C, measurements are not."""
+    configuration again. Use inside `guard()`: loads are shielded from Ctrl-C, measurements are not.
+    A window whose throughput is not stable (a fifth of it more than `stability` percent off their mean:
+    perf_analyzer's criterion, applied to a window's slices) is followed by another, up to MAX_WINDOWS; the
+    measurement is then their merge (mean throughput, worst p99)."""
 
     def __init__(self, target: Target, requests: list[list[Tensor]], concurrency: int, duration_s: float,
-                 warmup_s: float, original: dict, guard: Guard) -> None:
+                 warmup_s: float, original: dict, guard: Guard, stability: float = 0.0) -> None:
         self.target, self.requests, self.concurrency = target, requests, concurrency
         self.duration_s, self.warmup_s, self.original, self.guard = duration_s, warmup_s, original, guard
+        self.stability = stability
         self.baseline = current(original)
         self.loaded: Candidate | None = self.baseline
         self.changed = False
@@ -602,7 +608,10 @@ class TuneRun:
                 raise
             self.loaded = cand
         with self.guard.interruptible():
-            return run_level(self.target, self.requests, self.concurrency, self.duration_s, self.warmup_s)
+            windows = [run_level(self.target, self.requests, self.concurrency, self.duration_s, self.warmup_s)]
+            while len(windows) < MAX_WINDOWS and not windows[-1].stable(self.stability):
+                windows.append(run_level(self.target, self.requests, self.concurrency, self.duration_s, 0.0))
+        return windows[0] if len(windows) == 1 else merge(windows)
 
     def restore(self) -> None:
         """Load the original configuration again (if anything was changed)."""
@@ -623,13 +632,14 @@ class Fatal(Exception):
 
 def tune(target: Target, requests: list[list[Tensor]], concurrency: int, duration_s: float, space: Space,
          objective: Objective, budget: Budget, *, warmup_s: float = 0.5, original: dict | None = None,
-         exhaustive: bool = False, on_trial: Callable[[Trial], None] | None = None) -> Search:
+         exhaustive: bool = False, on_trial: Callable[[Trial], None] | None = None,
+         stability: float = 0.0) -> Search:
     """Search (or, `exhaustive`, measure every setting of) `space` on a served model, starting from its served
     setting, and load its original configuration again at the end, also after a failure or Ctrl-C (a Ctrl-C
     during a reload or the restore takes effect once it is done)."""
     with guard() as g:
         original = original if original is not None else target.config()
-        run = TuneRun(target, requests, concurrency, duration_s, warmup_s, original, g)
+        run = TuneRun(target, requests, concurrency, duration_s, warmup_s, original, g, stability)
 
         def measure(cand: Candidate) -> LevelResult:
             try:

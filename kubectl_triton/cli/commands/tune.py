@@ -145,6 +145,9 @@ def _preferred(values: tuple[str, ...]) -> list[list[int] | None]:
               help="At most this many measurements (the baseline and re-measurements count). Default: 15%% of "
                    "the space (at least 5), unless --budget is given.")
 @click.option("--exhaustive", is_flag=True, help="Measure every setting of the space instead of searching it.")
+@click.option("--stability", type=click.FloatRange(0, 100), default=10.0, show_default=True,
+              help="A window whose fifths' throughputs stray more than this percent from their mean is followed "
+                   "by another (at most 3 per measurement, perf_analyzer's criterion); 0: one window each.")
 @click.option("--concurrency", type=click.IntRange(1, 4096), default=16, show_default=True,
               help="Concurrency every candidate is measured at.")
 @load_options("10s")
@@ -171,8 +174,8 @@ def command(ctx: click.Context, model: str, url: str | None, kubeconfig: str | N
             namespace: str | None, pod: str | None, protocol: str, input_data: str | None, output: str | None,
             allow_production: bool, objective: str | None, max_p99: float | None, max_ttft: float | None,
             max_itl: float | None, prompt_tokens: int, output_tokens: int, params: tuple[str, ...],
-            budget: float | None, max_trials: int | None, exhaustive: bool, concurrency: int, duration: float,
-            warmup: float | None, max_instances: int, instances: list[int] | None, delays: list[int],
+            budget: float | None, max_trials: int | None, exhaustive: bool, stability: float, concurrency: int,
+            duration: float, warmup: float | None, max_instances: int, instances: list[int] | None, delays: list[int],
             preferred: tuple[str, ...], allow_max_batch_size: bool, max_batch_sizes: list[int], write: bool,
             repo_root: str | None, repo_model: str | None) -> None:
     """Search MODEL's best instance count and dynamic batching on a Triton you point it at, and --write it.
@@ -253,7 +256,7 @@ def command(ctx: click.Context, model: str, url: str | None, kubeconfig: str | N
                 click.echo(f"  {'baseline: ' if t.baseline else ''}{t.candidate.describe()}: {fig}", err=True)
 
         found = search.tune(where.target, requests, concurrency, duration, space, goal, limit, warmup_s=warmup_s,
-                            original=original, exhaustive=exhaustive, on_trial=show)
+                            original=original, exhaustive=exhaustive, on_trial=show, stability=stability)
     failure: PerfError | None = None
     try:
         best = search.choose(found.figures, goal)
