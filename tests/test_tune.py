@@ -282,8 +282,9 @@ def test_search_reaches_the_known_optimum(bound):
     found.run(search.Candidate(1, None))
     assert search.choose(found.figures, objective) == optimum
     assert len(found.trials) <= 15  # of 63: the descent and then its neighbours, within the budget
-    again = [t for t in found.trials if t.why == "p99 bound: measured again"]
-    assert [t.candidate for t in again] == ([] if bound is None else [optimum])  # a latency winner is confirmed
+    again = [t for t in found.trials if t.why.endswith("measured again")]
+    if bound is not None:  # a latency winner is confirmed: measured twice, as a tie or for the bound
+        assert sum(t.candidate == optimum for t in found.trials) >= 2
     assert found.trials[0].baseline and len({t.candidate for t in found.trials}) == len(found.trials) - len(again)
 
 

@@ -5,10 +5,11 @@ The space is small and ordered along each axis, measurements are costly (a model
 each) and noisy. So the strategy is coordinate descent with early stopping, then a local search: from the
 served setting, one axis at a time (batching, preferred sizes, instances, delay, max batch size), step to the
 next value while that is better by more than the noise, stop at the first step that is not; repeat passes while
-a pass moved. A step that lies within noise of the incumbent but ahead of it is measured again, and taken if it
-stays ahead. What the budget has left goes to the unmeasured neighbours of the best setting, one axis and then
-two axes away (where axes interact: a delay pays only with a preferred size). A winner of a `--max-p99` bound
-is measured again before it is chosen. Everything stops at the budget (trials or time).
+a pass moved. The first pass tries every preferred size, and the longest delay before the shorter ones. A step
+that lies within noise of the incumbent but ahead of it is measured again, and taken if it stays ahead. What
+the budget has left goes to the unmeasured neighbours of the best setting, one axis and then two axes away (where
+axes interact: a delay pays only with a preferred size). A winner of a `--max-p99` bound is measured again
+before it is chosen. Everything stops at the budget (trials or time).
 
 `Space`, `Objective`, `Search` and `choose` are pure (a `measure` function is handed in: tests drive them
 with synthetic cost functions); `TuneRun` loads candidates into a target and always loads the original
@@ -36,6 +37,10 @@ PREFERRED: tuple[tuple[int, ...], ...] = ((), (4,), (8,), (16,))
 MAX_BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128)
 NOISE_FLOOR = 0.03  # two windows within 3% are a tie whatever their own spread says
 MAX_WINDOWS = 3  # an unstable window is followed by at most two more (see TuneRun)
+# how the first pass moves along an axis (later passes walk step by step): every preferred size (a cap pays or
+# not depending on the batches that form, not in the order of the sizes), the longest delay first (a short one
+# mostly adds latency; a long one lets batches fill)
+FIRST_PASS = {"preferred": "scan", "delay": "jump"}
 
 
 @dataclass(frozen=True)
@@ -418,18 +423,61 @@ class Search:
         if not self.figures[start].results:
             return self.trials  # the served setting itself fails: nothing to compare against
         cur = start
+        first = True
         while True:
             before = cur
             for axis in self.space.AXES:
-                cur, spent = self.line(axis, cur)
+                mode = FIRST_PASS.get(axis, "walk") if first else "walk"
+                cur, spent = self.jump(axis, cur) if mode == "jump" else self.scan(axis, cur) if mode == "scan" \
+                    else self.line(axis, cur)
                 if spent:
                     self.confirm()
                     return self.trials
+            first = False
             if cur == before:
                 break
         self.explore()
         self.confirm()
         return self.trials
+
+    def _move(self, axis: str, cur: Candidate, value: object) -> tuple[Candidate, bool | None]:
+        cand = self.space.with_value(axis, cur, value)
+        if cand == cur:
+            return cur, False
+        verdict = self.better(cand, cur)
+        return (cand if verdict else cur), verdict
+
+    def scan(self, axis: str, cur: Candidate) -> tuple[Candidate, bool]:
+        """Every value of a short axis whose values are not ordered by effect (preferred sizes: a cap pays or not
+        depending on the batches that form), each against the best so far."""
+        for value in self.space.values(axis, cur):
+            if self._pointless(axis, cur, value):
+                continue
+            cur, verdict = self._move(axis, cur, value)
+            if verdict is None:
+                return cur, True
+        return cur, False
+
+    def jump(self, axis: str, cur: Candidate) -> tuple[Candidate, bool]:
+        """The far end of an ordered axis first (the longest delay: a small step there often ties or loses where
+        a large one pays), then, if it paid, the values between, nearest the far end first."""
+        vals = self.space.values(axis, cur)
+        i = self.space.snap(axis, cur)
+        if i is None or len(vals) < 2:
+            return cur, False
+        far = len(vals) - 1 if i < len(vals) - 1 else 0
+        start = cur
+        cur, verdict = self._move(axis, cur, vals[far])
+        if verdict is None:
+            return cur, True
+        if cur == start:
+            return cur, False
+        between = range(far - 1, i, -1) if far > i else range(far + 1, i)
+        for j in between:
+            cur, verdict = self._move(axis, cur, vals[j])
+            if verdict is None:
+                return cur, True
+        return cur, False
 
     def neighbours(self, cand: Candidate) -> list[Candidate]:
         """The settings one step away from `cand` along one axis, then along two axes at once (the pairs whose
