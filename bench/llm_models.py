@@ -25,12 +25,7 @@ name: "{name}"
 backend: "python"
 max_batch_size: 0
 model_transaction_policy {{ decoupled: true }}
-input [
-  {{ name: "text_input" data_type: TYPE_STRING dims: [ 1 ] }},
-  {{ name: "max_tokens" data_type: TYPE_INT32 dims: [ 1 ] }},
-  {{ name: "stream" data_type: TYPE_BOOL dims: [ 1 ] optional: true }}
-]
-output [ {{ name: "text_output" data_type: TYPE_STRING dims: [ -1 ] }} ]
+{io}
 instance_group [ {{ count: 1 kind: {kind} }} ]
 parameters [
   {{ key: "engine" value: {{ string_value: "{engine}" }} }},
@@ -177,6 +172,7 @@ class TritonPythonModel:
             self.lock = open(os.path.join(args["model_repository"], "device.lock"), "a")
             self.device = SleepDevice(args, self.lock)
         self.waiting = collections.deque()
+        self.ids = False
         self.active = []
         self.cv = threading.Condition()
         self.running = True
@@ -186,10 +182,17 @@ class TritonPythonModel:
     def execute(self, requests):
         with self.cv:
             for r in requests:
-                text = pb_utils.get_input_tensor_by_name(r, "text_input").as_numpy().reshape(-1)[0]
-                words = text.decode().split() if isinstance(text, bytes) else str(text).split()
-                n = int(pb_utils.get_input_tensor_by_name(r, "max_tokens").as_numpy().reshape(-1)[0])
-                prompt = [sum(map(ord, w)) * 31 % 50000 for w in words][:MAX_LEN // 2] or [1]
+                ids = pb_utils.get_input_tensor_by_name(r, "input_ids")
+                if ids is not None:  # the tensorrt_llm model's interface
+                    prompt = [int(x) for x in ids.as_numpy().reshape(-1)]
+                    n = int(pb_utils.get_input_tensor_by_name(r, "request_output_len").as_numpy().reshape(-1)[0])
+                else:  # a TensorRT-LLM ensemble's
+                    text = pb_utils.get_input_tensor_by_name(r, "text_input").as_numpy().reshape(-1)[0]
+                    words = text.decode().split() if isinstance(text, bytes) else str(text).split()
+                    n = int(pb_utils.get_input_tensor_by_name(r, "max_tokens").as_numpy().reshape(-1)[0])
+                    prompt = [sum(map(ord, w)) * 31 % 50000 for w in words]
+                self.ids = ids is not None
+                prompt = prompt[:MAX_LEN // 2] or [1]
                 self.waiting.append(Seq(r.get_response_sender(), prompt, max(1, min(n, MAX_LEN // 2))))
             self.cv.notify()
         return None
@@ -250,7 +253,10 @@ class TritonPythonModel:
     def emit(self, s, token, finished):
         s.generated += 1
         s.last = token
-        out = pb_utils.Tensor("text_output", np.array([("t%d " % token).encode()], dtype=object))
+        if self.ids:
+            out = pb_utils.Tensor("output_ids", np.array([token], dtype=np.int32))
+        else:
+            out = pb_utils.Tensor("text_output", np.array([("t%d " % token).encode()], dtype=object))
         s.sender.send(pb_utils.InferenceResponse([out]))
         if s.generated >= s.max_tokens:
             s.sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
@@ -266,17 +272,33 @@ class TritonPythonModel:
 # The CPU cost shape: a step of 3 ms, 0.04 ms per prompt token, 0.5 ms per decoding sequence, 0.002 ms per
 # cached token attended to; a cache of 4096 tokens at a fraction of 1.0.
 COSTS = {"step_ms": 3.0, "prefill_ms": 0.04, "decode_ms": 0.5, "attn_ms": 0.002, "kv_tokens": 4096}
+# The inputs and outputs: a TensorRT-LLM ensemble's (text in, text out) or the tensorrt_llm model's (token ids)
+INTERFACES = {
+    "text": """input [
+  { name: "text_input" data_type: TYPE_STRING dims: [ 1 ] },
+  { name: "max_tokens" data_type: TYPE_INT32 dims: [ 1 ] },
+  { name: "stream" data_type: TYPE_BOOL dims: [ 1 ] optional: true }
+]
+output [ { name: "text_output" data_type: TYPE_STRING dims: [ -1 ] } ]""",
+    "ids": """input [
+  { name: "input_ids" data_type: TYPE_INT32 dims: [ -1 ] },
+  { name: "input_lengths" data_type: TYPE_INT32 dims: [ 1 ] },
+  { name: "request_output_len" data_type: TYPE_INT32 dims: [ 1 ] },
+  { name: "streaming" data_type: TYPE_BOOL dims: [ 1 ] optional: true }
+]
+output [ { name: "output_ids" data_type: TYPE_INT32 dims: [ -1 ] } ]""",
+}
 KNOBS = {"max_num_seqs": 4, "max_num_tokens": 256, "kv_fraction": 0.5, "policy": "guaranteed_no_evict",
          "chunked": "false"}
 
 
 def write_model(root: Path, name: str, *, engine: str = "sleep", kind: str = "KIND_CPU", costs: dict | None = None,
-                **knobs: object) -> Path:
+                interface: str = "text", **knobs: object) -> Path:
     """A model folder `root/name` (version 1) of this engine, with the knobs' served values."""
     folder = root / name
     (folder / "1").mkdir(parents=True)
     doc = (f"a decoupled in-flight batching LLM ({engine}): step cost of a decoder, one response per token")
     (folder / "config.pbtxt").write_text(CONFIG.format(doc=doc, name=name, engine=engine, kind=kind,
-                                                      **{**KNOBS, **knobs}))
+                                                      io=INTERFACES[interface], **{**KNOBS, **knobs}))
     (folder / "1" / "model.py").write_text(MODEL_PY.format(**{**COSTS, **(costs or {})}))
     return folder
