@@ -251,6 +251,9 @@ class TritonPythonModel:
                     self.device.free(s)
 
     def emit(self, s, token, finished):
+        if s.sender.is_cancelled():  # the client went away: stop decoding it
+            finished.append(s)
+            return
         s.generated += 1
         s.last = token
         if self.ids:

@@ -272,3 +272,30 @@ def test_goodput_on_a_model_that_does_not_stream(run_cli, tmp_path):
         res = run_cli("tune", "fixedcost", "--url", grpc(server), "--protocol", "grpc", "--objective", "goodput",
                       "--max-ttft", "1s")
     assert res.exit_code == 2 and "is not decoupled" in res.stderr and len(res.stderr.strip().splitlines()) <= 2
+
+
+def test_unknown_served_values_are_loaded_and_the_evidence_tolerates_a_failed_baseline():
+    from kubectl_triton.cli.commands import _tune_goodput
+
+    cfg = {"name": "vllm_model", "backend": "vllm"}
+    knobs = llmtune.knobs_for(cfg, {}, None)
+    # gpu_memory_utilization runs at vLLM's default (0.9) when model.json leaves it out; max_num_seqs and chunked
+    # prefill have no default that holds across versions: the baseline loads their first values explicitly
+    assert llmtune.served_values(cfg, knobs, {"model": "m"}) == ("32", "0.9", "false")
+    assert llmtune.unknown(cfg, knobs, {"model": "m"}) == ["max_num_seqs", "enable_chunked_prefill"]
+    assert llmtune.unknown(cfg, knobs, {"model": "m", "max_num_seqs": 64, "enable_chunked_prefill": True}) == []
+    doc = {"baseline": {"setting": {}}, "targets": {"max_ttft_ms": 500.0, "max_itl_ms": None}, "measurements": 3,
+           "space": 4, "concurrency": 8, "prompt_tokens": 16, "output_tokens": 8,
+           "best": {"goodput": 2.5, "ttft_p99_ms": 120.0, "tpot_p99_ms": 9.0, "output_tokens_per_s": 80.0}}
+    lines = _tune_goodput.evidence(doc)
+    assert "targets TTFT <= 500 ms" in lines[0] and "goodput - -> 2.50 req/s, TTFT p99 - -> 120 ms" in lines[1]
+
+
+def test_goodput_on_a_server_without_model_control_says_so_and_changes_nothing(run_cli, tmp_path):
+    write_model(tmp_path, "llm", costs=COSTS)
+    with TritonServer(tmp_path) as server:  # model control "none": loads are refused
+        server.wait_ready(60)
+        res = run_cli("tune", "llm", "--url", grpc(server), *GOODPUT, *TARGETS, "--param", "max_num_seqs=4,8",
+                      "--instances", "1")
+    assert res.exit_code != 0 and "model control is not explicit" in res.stderr
+    assert "could not restore" not in res.stderr and "Traceback" not in res.stderr

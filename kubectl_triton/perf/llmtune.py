@@ -20,7 +20,7 @@ from kubectl_triton.datafiles import data_text
 from kubectl_triton.errors import InputError
 from kubectl_triton.perf import PerfError
 from kubectl_triton.perf.inputs import Tensor
-from kubectl_triton.perf.search import Budget, Guard, guard
+from kubectl_triton.perf.search import Budget, Fatal, Guard, guard
 from kubectl_triton.perf.streaming import Slo, StreamResult, run_stream_level
 
 NOISE_FLOOR = 0.05  # streamed windows hold fewer requests than inference windows: 5% is a tie
@@ -31,13 +31,15 @@ class Knob:
     name: str
     where: str  # parameter | model_json | instances
     values: tuple[str, ...]
+    default: str | None = None  # what the engine runs with when the knob is not set
 
 
 def _defaults() -> dict[str, list[Knob]]:
     from ruamel.yaml import YAML
 
     doc = YAML(typ="safe").load(data_text("llm_knobs.yaml"))
-    return {backend: [Knob(k["name"], k["where"], tuple(str(v) for v in k["values"])) for k in knobs]
+    return {backend: [Knob(k["name"], k["where"], tuple(str(v) for v in k["values"]),
+                           None if k.get("default") is None else str(k["default"])) for k in knobs]
             for backend, knobs in doc.items()}
 
 
@@ -56,22 +58,22 @@ def knobs_for(config: dict, params: dict[str, list[str]], instances: list[int] |
     knobs = list(table.get(backend, table["python"]))
     where = "model_json" if backend == "vllm" else "parameter"
     for name, values in params.items():
-        new = Knob(name, where, tuple(values))
-        knobs = [new if k.name == name else k for k in knobs] if any(k.name == name for k in knobs) else \
-            [*knobs, new]
+        old = next((k for k in knobs if k.name == name), None)
+        new = Knob(name, where, tuple(values), old.default if old else None)
+        knobs = [new if k.name == name else k for k in knobs] if old else [*knobs, new]
     if instances:
         knobs = [k for k in knobs if k.where != "instances"] + [
-            Knob("instance_count", "instances", tuple(str(n) for n in instances))]
+            Knob("instance_count", "instances", tuple(str(n) for n in instances), "1")]
     # the instance count last: an in-flight batching engine batches within one instance, so a second instance
     # mostly splits its batches (the walk starts with the engine's own knobs)
     return sorted(knobs, key=lambda k: k.where == "instances")
 
 
-def served_values(config: dict, knobs: list[Knob], model_json: dict | None) -> tuple[str, ...]:
-    """The served setting (a knob the config does not set: its first value)."""
+def _set_values(config: dict, knobs: list[Knob], model_json: dict | None) -> list[str | None]:
+    """Each knob's value in the served config (None: not set, or a `${...}` template left in)."""
     params = {k: (v or {}).get("string_value") for k, v in (config.get("parameters") or {}).items()}
     groups = config.get("instance_group") or []
-    out = []
+    out: list[str | None] = []
     for k in knobs:
         if k.where == "instances":
             v: object = int(groups[0].get("count") or 1) if groups else 1
@@ -80,8 +82,21 @@ def served_values(config: dict, knobs: list[Knob], model_json: dict | None) -> t
             v = json.dumps(v) if isinstance(v, bool) else v
         else:
             v = params.get(k.name)
-        out.append(k.values[0] if v is None or str(v).startswith("${") else str(v))
-    return tuple(out)
+        out.append(None if v is None or str(v).startswith("${") else str(v))
+    return out
+
+
+def served_values(config: dict, knobs: list[Knob], model_json: dict | None) -> tuple[str, ...]:
+    """The served setting: a knob the config does not set runs with its default (none known: its first value,
+    which the baseline then loads explicitly, see `unknown`)."""
+    return tuple(v if v is not None else k.default if k.default is not None else k.values[0]
+                 for k, v in zip(knobs, _set_values(config, knobs, model_json), strict=True))
+
+
+def unknown(config: dict, knobs: list[Knob], model_json: dict | None) -> list[str]:
+    """The knobs whose served value is not known: not set, and no default."""
+    return [k.name for k, v in zip(knobs, _set_values(config, knobs, model_json), strict=True)
+            if v is None and k.default is None]
 
 
 def with_served(knobs: list[Knob], served: tuple[str, ...]) -> list[Knob]:
@@ -96,7 +111,7 @@ def with_served(knobs: list[Knob], served: tuple[str, ...]) -> list[Knob]:
             vals.sort(key=float)
         except ValueError:
             vals = [v, *k.values]
-        out.append(Knob(k.name, k.where, tuple(vals)))
+        out.append(Knob(k.name, k.where, tuple(vals), k.default))
     return out
 
 
@@ -333,14 +348,23 @@ class LlmRun:
         self.target, self.requests, self.concurrency = target, requests, concurrency
         self.duration_s, self.warmup_s, self.slo, self.original = duration_s, warmup_s, slo, original
         self.knobs, self.model_json, self.guard = knobs, model_json, g
-        self.loaded: tuple[str, ...] | None = served_values(original, knobs, model_json)
+        # a served value not known is loaded explicitly, so the baseline is what its name says
+        self.loaded: tuple[str, ...] | None = None if unknown(original, knobs, model_json) else \
+            served_values(original, knobs, model_json)
         self.changed = False
 
     def measure(self, values: tuple[str, ...]) -> StreamResult:
         if values != self.loaded:
-            self.loaded, self.changed = None, True
+            changed, self.loaded, self.changed = self.changed, None, True
             config, files = apply(self.original, self.knobs, values, self.model_json)
-            self.target.load(config, files)
+            try:
+                self.target.load(config, files)
+            except PerfError as err:
+                if "not allowed" in err.message:  # model control is off: nothing was changed
+                    self.changed = changed
+                    raise Fatal(PerfError(f"{err.message} (Triton's model control is not explicit)",
+                                          hint="start tritonserver with --model-control-mode=explicit")) from None
+                raise
             self.loaded = values
         with self.guard.interruptible():
             return run_stream_level(self.target, self.requests, self.concurrency, self.duration_s, self.warmup_s,
@@ -371,6 +395,8 @@ def tune_goodput(target, requests: list[list[Tensor]], concurrency: int, duratio
                 search.exhaustive(start)
             else:
                 search.run(start)
+        except Fatal as err:
+            raise err.args[0] from None
         finally:
             run.restore()
     return search

@@ -5,7 +5,7 @@ The space is small and ordered along each axis, measurements are costly (a model
 each) and noisy. So the strategy is coordinate descent with early stopping, then a local search: from the
 served setting, one axis at a time (batching, preferred sizes, instances, delay, max batch size), step to the
 next value while that is better by more than the noise, stop at the first step that is not; repeat passes while
-a pass moved. The first pass tries every preferred size, and the longest delay before the shorter ones. A step
+a pass moved. The first pass tries every preferred size that can cap a batch, and the longest delay first. A step
 that lies within noise of the incumbent but ahead of it is measured again, and taken if it stays ahead. What
 the budget has left goes to the unmeasured neighbours of the best setting, one axis and then two axes away (where
 axes interact: a delay pays only with a preferred size). A winner of a `--max-p99` bound is measured again
@@ -504,7 +504,7 @@ class Search:
         one axis at a time stops where two axes must move together), the best's neighbours again whenever a
         new one takes the lead."""
         while self.budget.allows(self._reserve()):
-            best = self.best() or choose(self.figures, Objective(), required=False)
+            best = self.best() or self._closest()
             if best is None:
                 return
             todo = [c for c in self.neighbours(best) if c not in self.figures]
@@ -532,6 +532,11 @@ class Search:
 
     def best(self) -> Candidate | None:
         return choose(self.figures, self.objective, required=False)
+
+    def _closest(self) -> Candidate | None:
+        """While nothing meets the p99 bound: the measured setting with the lowest p99."""
+        measured = [(c, f) for c, f in self.figures.items() if f.results]
+        return min(measured, key=lambda cf: cf[1].p99_ms)[0] if measured else None
 
 
 def choose(figures: dict[Candidate, Figures], objective: Objective, *, required: bool = True) -> Candidate | None:

@@ -235,8 +235,9 @@ def run_stream_level(target: Any, requests: list[list[Tensor]], concurrency: int
                 errors.append(PerfError(f"stream {target.model}: {err.details()}"))
                 stop.set()
         except BaseException as err:  # noqa: BLE001 - handed to the main thread
-            errors.append(err)
-            stop.set()
+            if not stop.is_set():  # after the window, a stream closed under a worker is no error
+                errors.append(err)
+                stop.set()
         finally:
             first.release()  # a worker that ends early does not hold the window shut
 
@@ -261,9 +262,10 @@ def run_stream_level(target: Any, requests: list[list[Tensor]], concurrency: int
         stop.set()
         for s in streams:
             s.close()
+        deadline = time.perf_counter() + 5
         for th in threads:
             if th.ident is not None:
-                th.join(timeout=5)
+                th.join(timeout=max(0.0, deadline - time.perf_counter()))
     if errors:
         err = errors[0]
         raise err if isinstance(err, PerfError) else PerfError(f"stream load generator: {err}")

@@ -140,9 +140,9 @@ class HttpTarget:
     def load(self, config: dict | None, files: dict[str, bytes] | None = None) -> None:
         """Model control: (re)load the model, with `config` as the override when given, and `files` ("file:1/x":
         content) in place of the model folder's files (Triton then reads only those)."""
-        body = {"parameters": {"config": json.dumps(config)}} if config is not None else {}
-        for name, data in (files or {}).items():
-            body["parameters"][name] = base64.b64encode(data).decode()
+        params = {"config": json.dumps(config)} if config is not None else {}
+        params.update({name: base64.b64encode(data).decode() for name, data in (files or {}).items()})
+        body = {"parameters": params} if params else {}
         status, doc = self._request("POST", f"/v2/repository/models/{quote(self.model, safe='')}/load", body,
                                     timeout=max(self.timeout, 300))
         if status != 200:
@@ -226,7 +226,9 @@ class GrpcTarget:
         try:
             return getattr(self.stub, name)(request, timeout=timeout or self.timeout)
         except grpc.RpcError as err:
-            if err.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED) and name != "ModelInfer":
+            refused = "not allowed" in (err.details() or "")  # Triton answers a refused load UNAVAILABLE too
+            if err.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED) and \
+                    name != "ModelInfer" and not refused:
                 raise InputError(f"cannot reach Triton at {self.url} (gRPC): {err.details()}",
                                  hint="is the server up? pass --url or -n NAMESPACE") from None
             raise PerfError(f"{what} {self.model}: {err.details()}") from None

@@ -64,16 +64,21 @@ def read_model_json(folder: Path) -> tuple[Path, dict]:
 
 
 def evidence(doc: dict) -> list[str]:
-    """The comment lines the written config.pbtxt carries: what was measured and what the winner gave."""
+    """The comment lines the written config.pbtxt carries: what was measured and what the winner gave ("-" for
+    a baseline that could not be measured)."""
     b, w, t = doc["baseline"], doc["best"], doc["targets"]
     targets = ", ".join(x for x in (f"TTFT <= {t['max_ttft_ms']:g} ms" if t["max_ttft_ms"] else "",
                                     f"TPOT <= {t['max_itl_ms']:g} ms" if t["max_itl_ms"] else "") if x)
+
+    def pair(key: str, fmt: str) -> str:
+        before = format(b[key], fmt) if key in b else "-"
+        return f"{before} -> {format(w[key], fmt)}"
+
     return [f"{EVIDENCE} {datetime.date.today().isoformat()}, {doc['measurements']} of {doc['space']} settings "
             f"measured at concurrency {doc['concurrency']}, {doc['prompt_tokens']} prompt / {doc['output_tokens']} "
             f"output tokens, targets {targets}",
-            f"{EVIDENCE} goodput {b['goodput']:.2f} -> {w['goodput']:.2f} req/s, TTFT p99 {b['ttft_p99_ms']:.0f} -> "
-            f"{w['ttft_p99_ms']:.0f} ms, TPOT p99 {b['tpot_p99_ms']:.1f} -> {w['tpot_p99_ms']:.1f} ms, "
-            f"{b['output_tokens_per_s']:.0f} -> {w['output_tokens_per_s']:.0f} tokens/s"]
+            f"{EVIDENCE} goodput {pair('goodput', '.2f')} req/s, TTFT p99 {pair('ttft_p99_ms', '.0f')} ms, "
+            f"TPOT p99 {pair('tpot_p99_ms', '.1f')} ms, {pair('output_tokens_per_s', '.0f')} tokens/s"]
 
 
 def write_setting(folder: Path, knobs, values: tuple[str, ...], lines: list[str]) -> list[str]:
@@ -106,7 +111,7 @@ def write_setting(folder: Path, knobs, values: tuple[str, ...], lines: list[str]
         if updated != doc:
             raw = mpath.read_text(encoding="utf-8")
             indent = 4 if '\n    "' in raw else 2
-            pbtxt.write_atomic(mpath, json.dumps(updated, indent=indent) + "\n")
+            pbtxt.write_atomic(mpath, json.dumps(updated, indent=indent, ensure_ascii=False) + "\n")
             written.append(str(mpath))
     body = new
     new = "\n".join(lines) + "\n" + body
@@ -171,12 +176,12 @@ def run(*, model: str, url: str | None, cluster, pod: str | None, protocol: str,
     except PerfError as err:
         failure, best = err, None
     doc = summary(model, concurrency, prompt_tokens, output_tokens, slo, size, found, best)
-    if write and best is not None:
+    if write and best is not None and best != found.trials[0].values:
         doc["written"] = write_setting(_model_folder(model, repo_root, repo_model), knobs, best, evidence(doc))
     if fmt != "text":
         click.echo(dumps(doc, fmt))
     else:
-        _text(doc, knobs, found, best)
+        _text(doc, knobs, found, best, write)
     if failure is not None:
         raise failure
 
@@ -207,7 +212,7 @@ def summary(model: str, concurrency: int, prompt_tokens: int, output_tokens: int
     }
 
 
-def _text(doc: dict, knobs, found, best: tuple[str, ...] | None) -> None:
+def _text(doc: dict, knobs, found, best: tuple[str, ...] | None, write: bool) -> None:
     from kubectl_triton.cli.options import cell
 
     cols = ("#", *(k.name.upper() for k in knobs), "GOODPUT/S", "GOOD%", "TTFT_P99_MS", "TPOT_P99_MS", "TOKENS/S",
@@ -236,3 +241,5 @@ def _text(doc: dict, knobs, found, best: tuple[str, ...] | None) -> None:
                    + f"; {doc['measurements']} measurements of a space of {doc['space']}")
         for path in doc["written"]:
             click.echo(f"wrote {path}")
+        if write and not doc["written"]:
+            click.echo("the served setting is the best; nothing written")
