@@ -4,6 +4,7 @@ The corpus is third-party text, so it is not kept in this repository: ../shared/
 exported public Flux repository per folder (<owner>__<name>/) and SOURCES.json, which names for each its commit,
 license, kind and sync roots (the folders Flux really syncs: a FluxInstance's spec.sync.path, or the path of
 `flux bootstrap`), with the source the sync root reads and, for an OCI artifact pushed from a sub-folder, that folder.
+tools/fleet_corpus.py writes it from git copies of the repositories tests/fixtures/flux-fleets-sources.json names.
 
 For each folder, in a temporary git copy (the corpus itself is never written):
 

@@ -42,6 +42,8 @@ def spdx(text: str) -> str | None:
     flat = " ".join(text.split())
     if re.search(r"GNU (AFFERO |LESSER )?GENERAL PUBLIC", flat):
         return None
+    if "DO WHAT THE FUCK YOU WANT TO PUBLIC LICENSE" in flat.upper():
+        return "WTFPL"
     if "free and unencumbered software released into the public domain" in flat:
         return "Unlicense"
     if "Apache License" in flat and "Version 2.0" in flat:
