@@ -6,16 +6,14 @@ Secrets in git. Synthetic fixtures only."""
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
+import yaml
 
 from kubectl_triton.checks.manifests import security
 from kubectl_triton.checks.manifests.security import check_objects
-from tests.conftest import SHARED
 
-REPROS = SHARED / "conformance" / "flux-fleets" / "repros"
 POD_CODES = {"Capabilities", "PrivilegeEscalation", "Privileged", "ReadOnlyRootFilesystem", "RunAsNonRoot",
              "Seccomp", "ServiceAccountToken", "VolumeType", "HostNamespaces", "HostPort"}
 
@@ -153,7 +151,6 @@ spec:
 
 
 def test_validate_leaves_the_users_workloads_to_the_user(run_cli, tmp_path):
-    import yaml
     root = tmp_path / "repo"
     files = {"kubectl-triton.yaml": LAYOUT,
              "clusters/prod/scrub.yaml": FLUX_KS.format(name="scrub", path="./apps/scrub"),
@@ -174,16 +171,56 @@ def test_validate_leaves_the_users_workloads_to_the_user(run_cli, tmp_path):
     assert {f.path for f in security.check(root, targets)} == {"base/maintenance"}
 
 
+def node_exporter(image: str = "quay.io/prometheus/node-exporter:v1.8.2", name: str = "node-exporter") -> dict:
+    """A user's node-level DaemonSet: host namespaces, a host port, the host's root filesystem, privileged."""
+    return {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "node-exporter"},
+            "spec": {"selector": {"matchLabels": {"app": "node-exporter"}}, "template": {
+                "metadata": {"labels": {"app": "node-exporter"}},
+                "spec": {"hostNetwork": True, "hostPID": True,
+                         "containers": [{"name": name, "image": image, "args": ["--path.rootfs=/host"],
+                                         "ports": [{"containerPort": 9100, "hostPort": 9100}],
+                                         "securityContext": {"privileged": True},
+                                         "volumeMounts": [{"name": "root", "mountPath": "/host", "readOnly": True}]}],
+                         "volumes": [{"name": "root", "hostPath": {"path": "/"}}]}}}}
+
+
+def _node_tools(root: Path, daemonset: dict) -> Path:
+    """A Flux fleet (not one kubectl-triton manages) whose node tooling in kube-system is privileged: a node
+    exporter, a ZFS scrub CronJob and a ConfigMap of scripts writing git credentials from the environment."""
+    files = {"kubectl-triton.yaml": LAYOUT,
+             "clusters/prod/node-tools.yaml": FLUX_KS.format(name="node-tools", path="./apps/kube-system/node-tools"),
+             "apps/kube-system/node-tools/kustomization.yaml": "namespace: kube-system\nresources:\n"
+                                                               "  - daemonset.yaml\n  - cronjob.yaml\n"
+                                                               "  - scripts.yaml\n",
+             "apps/kube-system/node-tools/daemonset.yaml": yaml.safe_dump(daemonset),
+             "apps/kube-system/node-tools/cronjob.yaml": yaml.safe_dump(cronjob()),
+             "apps/kube-system/node-tools/scripts.yaml": yaml.safe_dump(configmap(
+                 script="printf 'https://x-access-token:%s@github.com\\n' \"$GITHUB_TOKEN\" > ~/.git-credentials",
+                 clone="git clone https://oauth2:${GITLAB_TOKEN}@gitlab.com/x/y.git"))}
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    return root
+
+
 def test_survey_repro_security_non_triton(run_cli, tmp_path, monkeypatch):
-    source = REPROS / "security-non-triton"
-    if not source.is_dir():
-        pytest.skip(f"{source} is not beside this checkout")
-    work = tmp_path / "repro"
-    shutil.copytree(source, work, ignore=shutil.ignore_patterns("ABOUT.txt", "OBSERVED.json"))
-    monkeypatch.chdir(work)
+    """The user's own privileged workloads in a Flux fleet are theirs: no pod check, and validate passes."""
+    monkeypatch.chdir(_node_tools(tmp_path / "repo", node_exporter()))
     result = run_cli("validate", ".", "-o", "json", "--no-compat")
     found = [f for f in json.loads(result.stdout)["findings"] if f["code"] in POD_CODES]
     assert found == [] and result.exit_code == 0, result.stdout
+
+
+def test_survey_repro_security_triton_is_judged(run_cli, tmp_path, monkeypatch):
+    """The same DaemonSet running tritonserver is Triton's: judged, and validate fails."""
+    monkeypatch.chdir(_node_tools(tmp_path / "repo", node_exporter("nvcr.io/nvidia/tritonserver:24.12-py3",
+                                                                   "tritonserver")))
+    result = run_cli("validate", ".", "-o", "json", "--no-compat")
+    found = {(f["code"], f["object"]) for f in json.loads(result.stdout)["findings"] if f["code"] in POD_CODES}
+    assert {(code, "DaemonSet/kube-system/node-exporter") for code in
+            ("HostNamespaces", "HostPort", "Privileged", "VolumeType")} <= found, result.stdout
+    assert not [o for _, o in found if "zfs-scrub" in o]  # the user's CronJob beside it stays the user's
+    assert result.exit_code == 1
 
 
 def test_pod_checks_still_judge_the_example_repositorys_overlays(rendered):

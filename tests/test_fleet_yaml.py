@@ -7,17 +7,14 @@ file:line. SOPS-encrypted objects are not schema-checked on their `sops` key. Sy
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from kubectl_triton.errors import InputError
 from kubectl_triton.formats import schemas, yamlio
 from kubectl_triton.gitops import repo
-from tests.conftest import SHARED
-
-REPROS = SHARED / "conformance" / "flux-fleets" / "repros"
 
 # -- the loader ------------------------------------------------------------------------------------------------
 
@@ -246,25 +243,217 @@ def test_encrypted_values_are_not_type_checked():
         "spec.replicas: 'ENC[AES256_GCM,data:Mw==,type:int]'"]
 
 
-# -- the survey's repros -----------------------------------------------------------------------------------------------
+# -- the shapes of the survey's failures, as small repositories -----------------------------------------------------
+# Each repository is written here (our own minimal YAML) in the shape a public Flux fleet of the survey had where an
+# earlier version failed (init stopped on "invalid YAML", validate reported errors); next to it the same repository
+# with a real mistake, which is still reported.
 
-@pytest.mark.parametrize("name, args", [
-    ("init-yaml-datafile", ["init", ".", "--gpu", "l4"]),
-    ("init-duplicate-anchor", ["init", ".", "--gpu", "l4"]),
-    ("validate-yaml-datafile", ["validate", ".", "-o", "json", "--no-compat"]),
-    ("sops-secret", ["validate", ".", "-o", "json", "--no-compat"]),
-])
-def test_survey_repros(run_cli, tmp_path, monkeypatch, name, args):
-    source = REPROS / name
-    if not source.is_dir():
-        pytest.skip(f"{source} is not beside this checkout")
+RECYCLARR_KUSTOMIZATION = """apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+namespace: media
+resources:
+  - ./configmap.yaml
+configMapGenerator:
+  - name: recyclarr
+    files:
+      - recyclarr.yml=./config/recyclarr.yml
+generatorOptions:
+  disableNameSuffixHash: true
+"""
+RECYCLARR_DATA = """sonarr:
+  series:
+    base_url: http://sonarr.media:8989
+    api_key: !env_var SONARR_API_KEY
+radarr:
+  movies:
+    base_url: http://radarr.media:7878
+    api_key: !env_var RADARR_API_KEY
+"""
+RELEASE_ANCHORS = """apiVersion: helm.toolkit.fluxcd.io/v2
+kind: HelmRelease
+metadata:
+  name: &app radarr
+  namespace: media
+spec:
+  interval: 1h
+  chart:
+    spec:
+      chart: app-template
+      sourceRef:
+        kind: HelmRepository
+        name: charts
+  values:
+    controllers:
+      radarr:
+        containers:
+          app:
+            image:
+              repository: ghcr.io/example/radarr
+              tag: "5.0"
+            env:
+              PORT: &port 7878
+    service:
+      app:
+        controller: *app
+        ports:
+          http:
+            port: *port
+    ingress:
+      app:
+        hosts:
+          - host: &app radarr.example.com
+            paths:
+              - path: /
+                service:
+                  name: radarr
+                  port: &port http
+        tls:
+          - hosts: [*app]
+    probes:
+      port: *port
+"""
+ALERTMANAGER_TEMPLATE = """{{ define "slack.title" }}
+  [{{ .Status | toUpper }}] {{ .CommonLabels.alertname }}
+{{ end }}
+"""
+ALERTMANAGER_KUSTOMIZATION = """apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+namespace: default
+resources:
+  - ./configmap.yaml
+configMapGenerator:
+  - name: alertmanager-templates
+    files:
+      - slack.tmpl.yaml=./templates/slack.tmpl.yaml
+  - name: recyclarr
+    files:
+      - recyclarr.yml=./config/recyclarr.yml
+"""
+SOPS_FLUX_KS = FLUX_KS + "  decryption:\n    provider: sops\n    secretRef:\n      name: sops-age\n"
+SOPS_ENCRYPTED = """apiVersion: v1
+kind: Secret
+metadata:
+  name: app-credentials
+  namespace: default
+type: Opaque
+data:
+  username: ENC[AES256_GCM,data:dXNlcg==,iv:aXY=,tag:dGFn,type:str]
+  password: ENC[AES256_GCM,data:cGFzcw==,iv:aXY=,tag:dGFn,type:str]
+sops:
+  age:
+    - recipient: age1examplerecipientexamplerecipientexamplerecipientexample
+      enc: |
+        -----BEGIN AGE ENCRYPTED FILE-----
+        ZXhhbXBsZQ==
+        -----END AGE ENCRYPTED FILE-----
+  lastmodified: "2025-01-01T00:00:00Z"
+  mac: ENC[AES256_GCM,data:bWFj,iv:aXY=,tag:dGFn,type:str]
+  encrypted_regex: ^(data|stringData)$
+  version: 3.9.0
+"""
+SOPS_DECRYPTED = SOPS_ENCRYPTED.split("sops:")[0].replace(
+    "ENC[AES256_GCM,data:dXNlcg==,iv:aXY=,tag:dGFn,type:str]", "dXNlcg==").replace(
+    "ENC[AES256_GCM,data:cGFzcw==,iv:aXY=,tag:dGFn,type:str]", "aHVudGVyMg==")
+SOPS_DEPLOYMENT = """apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: app
+  namespace: default
+spec:
+  selector:
+    matchLabels:
+      app: app
+  template:
+    metadata:
+      labels:
+        app: app
+    spec:
+      containers:
+        - name: app
+          image: ghcr.io/example/app:1.0
+          envFrom:
+            - secretRef:
+                name: app-credentials
+"""
+
+
+def _in_cluster(folder: str, files: dict[str, str]) -> dict[str, str]:
+    """`files` of the folder clusters/production/FOLDER, which a Flux Kustomization of the cluster folder applies."""
+    path = f"clusters/production/{folder}"
+    return {"clusters/production/apps.yaml": FLUX_KS.format(name="apps", path=f"./{path}"),
+            **{f"{path}/{rel}": text for rel, text in files.items()}}
+
+
+# name -> (command, files (no layout file: init writes it), the broken variant: (file, its text))
+SURVEY = {
+    # a configMapGenerator's data file (recyclarr's config) with custom tags, in the cluster folder
+    "init-yaml-datafile": (["init", ".", "--gpu", "l4"], _in_cluster("recyclarr", {
+        "kustomization.yaml": RECYCLARR_KUSTOMIZATION, "configmap.yaml": CM.format(name="recyclarr-env"),
+        "config/recyclarr.yml": RECYCLARR_DATA}), ("clusters/production/recyclarr/configmap.yaml", BROKEN)),
+    # a HelmRelease (app-template values) whose anchors &app and &port are defined again further down
+    "init-duplicate-anchor": (["init", ".", "--gpu", "l4"], _in_cluster("radarr", {
+        "kustomization.yaml": "resources:\n  - helmrelease.yaml\n", "helmrelease.yaml": RELEASE_ANCHORS}),
+        ("clusters/production/radarr/helmrelease.yaml", RELEASE_ANCHORS.replace("port: *port\n", "port: *prot\n"))),
+    # generator data files: one with custom tags, one that is no YAML at all (a Go template)
+    "validate-yaml-datafile": (["validate", ".", "-o", "json", "--no-compat"], {
+        "kubectl-triton.yaml": LAYOUT, **_in_cluster("alerting", {
+            "kustomization.yaml": ALERTMANAGER_KUSTOMIZATION, "configmap.yaml": CM.format(name="alerting"),
+            "templates/slack.tmpl.yaml": ALERTMANAGER_TEMPLATE, "config/recyclarr.yml": RECYCLARR_DATA})},
+        # the template listed as a manifest: kustomize cannot read it
+        ("clusters/production/alerting/kustomization.yaml", ALERTMANAGER_KUSTOMIZATION.replace(
+            "  - ./configmap.yaml\n", "  - ./configmap.yaml\n  - ./templates/slack.tmpl.yaml\n"))),
+    # a SOPS-encrypted Secret that Flux decrypts (spec.decryption), and the Deployment using it
+    "sops-secret": (["validate", ".", "-o", "json", "--no-compat"], {
+        "kubectl-triton.yaml": LAYOUT, ".sops.yaml": "creation_rules:\n  - path_regex: .*\\.sops\\.yaml$\n"
+                                                    "    encrypted_regex: ^(data|stringData)$\n"
+                                                    "    age: age1examplerecipient\n",
+        "clusters/production/apps.yaml": SOPS_FLUX_KS.format(name="apps", path="./clusters/production/app"),
+        "clusters/production/app/kustomization.yaml": "resources:\n  - secret.sops.yaml\n  - deployment.yaml\n",
+        "clusters/production/app/secret.sops.yaml": SOPS_ENCRYPTED,
+        "clusters/production/app/deployment.yaml": SOPS_DEPLOYMENT},
+        # committed decrypted: a Secret in git
+        ("clusters/production/app/secret.sops.yaml", SOPS_DECRYPTED)),
+}
+
+
+def _survey(run_cli, tmp_path: Path, monkeypatch, name: str, broken: bool = False) -> Any:
+    args, files, (rel, text) = SURVEY[name]
     work = tmp_path / name
-    shutil.copytree(source, work, ignore=shutil.ignore_patterns("ABOUT.txt", "OBSERVED.json"))
+    for path, content in {**files, **({rel: text} if broken else {})}.items():
+        (work / path).parent.mkdir(parents=True, exist_ok=True)
+        (work / path).write_text(content)
     monkeypatch.chdir(work)
-    result = run_cli(*args)
+    return run_cli(*args)
+
+
+@pytest.mark.parametrize("name", sorted(SURVEY))
+def test_survey_repros(run_cli, tmp_path, monkeypatch, name):
+    result = _survey(run_cli, tmp_path, monkeypatch, name)
     assert "invalid YAML" not in result.stderr and "Traceback" not in result.stderr, result.stderr
-    if args[0] == "init":
+    if SURVEY[name][0][0] == "init":
         assert result.exit_code == 0, result.stderr
+        assert (tmp_path / name / "kubectl-triton.yaml").is_file()
         return
     findings = json.loads(result.stdout)["findings"]
     assert [f for f in findings if f["severity"] == "error"] == []
+    assert result.exit_code == 0, result.stdout
+
+
+@pytest.mark.parametrize("name, code, where", [
+    ("init-yaml-datafile", None, "clusters/production/recyclarr/configmap.yaml:5:1"),
+    ("init-duplicate-anchor", None, "clusters/production/radarr/helmrelease.yaml:29:19"),
+    ("validate-yaml-datafile", "YamlInvalid", "clusters/production/alerting/templates/slack.tmpl.yaml"),
+    ("sops-secret", "SecretInGit", "clusters/production/app"),
+])
+def test_survey_repros_broken_still_fail(run_cli, tmp_path, monkeypatch, name, code, where):
+    """The same repositories with a real mistake: init stops on the invalid YAML (naming file and line), validate
+    reports the error."""
+    result = _survey(run_cli, tmp_path, monkeypatch, name, broken=True)
+    assert "Traceback" not in result.stderr, result.stderr
+    assert result.exit_code != 0
+    if code is None:
+        assert "invalid YAML" in result.stderr and where in result.stderr, result.stderr
+        assert not (tmp_path / name / "kubectl-triton.yaml").exists()
+        return
+    findings = json.loads(result.stdout)["findings"]
+    assert (code, where) in {(f["code"], f["path"]) for f in findings if f["severity"] == "error"}, findings

@@ -110,7 +110,8 @@ def reach(root: Path, sync_path: str, artifact_root: str = "", source: str = "Gi
     return kustomizations, deployments, [top.error] if top.error else []
 
 
-def assert_model_reachable(run_cli, root: Path, *sync_paths: str, artifact_root: str = "") -> None:
+def assert_model_reachable(run_cli, root: Path, *sync_paths: str, artifact_root: str = "",
+                           source: str = "GitRepository/flux-system") -> None:
     """add-model, then: one of `sync_paths` applies the model's Flux Kustomization, the platform and what the model
     waits for, and the model's Deployment."""
     added = run_cli("add-model", "resnet", "--repo", str(root), *ONNX)
@@ -118,7 +119,7 @@ def assert_model_reachable(run_cli, root: Path, *sync_paths: str, artifact_root:
     layout = yaml.safe_load((root / "kubectl-triton.yaml").read_text())
     seen = {}
     for sync_path in sync_paths:
-        kustomizations, deployments, errors = reach(root, sync_path, artifact_root)
+        kustomizations, deployments, errors = reach(root, sync_path, artifact_root, source)
         seen[sync_path] = sorted(kustomizations)
         model = kustomizations.get("resnet-l4")
         if model is None:
@@ -395,24 +396,38 @@ def test_spec_ignore_of_the_sync_source_moves_inits_folders_inside_the_artifact(
     assert (root / "kubernetes/triton/overlays/resnet/l4/kustomization.yaml").is_file()
 
 
-def test_an_oci_artifact_pushed_from_a_sub_folder_is_refused_in_one_line(run_cli, tmp_path):
+def test_an_oci_artifact_pushed_from_a_sub_folder_holds_the_model(run_cli, tmp_path):
+    """`flux push artifact --path=./kubernetes`: init's files go inside kubernetes/ and every spec.path it or
+    add-model writes is relative to it (flux.artifactRoot), so the sync root applies the model."""
     root = write(tmp_path / "oci", {
         "kubernetes/clusters/one/flux-system/values.yaml": "instance:\n  sync:\n    kind: OCIRepository\n"
                                                            "    url: oci://ghcr.io/o/r\n    path: ./clusters/one\n",
-        "kubernetes/clusters/one/ks.yaml": ks("apps", "./apps"),
+        "kubernetes/clusters/one/ks.yaml": ks("apps", "./apps").replace("kind: GitRepository", "kind: OCIRepository"),
+        "kubernetes/apps/kustomization.yaml": listing("cm.yaml"),
+        "kubernetes/apps/cm.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n  namespace: default\n",
     })
     result = run_cli("init", str(root), "--gpu", "l4")
-    assert result.exit_code == 2
-    first = result.stderr.splitlines()[0]
-    assert first.startswith("error: kubernetes/clusters/one: Flux syncs ./clusters/one of an OCI artifact pushed "
-                            "from kubernetes/"), result.stderr
-    assert not (root / "kubectl-triton.yaml").exists()
+    assert result.exit_code == 0, result.stderr
+    assert "spec.path relative to kubernetes/ (flux.artifactRoot" in result.stderr
+    layout = yaml.safe_load((root / "kubectl-triton.yaml").read_text())
+    assert layout["flux"]["artifactRoot"] == "kubernetes" and layout["paths"]["bases"] == "kubernetes/triton/base"
+    platform = yaml.safe_load((root / "kubernetes/clusters/one/platform.yaml").read_text())
+    assert platform["spec"]["path"] == "./triton/base/platform"
+    assert_model_reachable(run_cli, root, "kubernetes/clusters/one", artifact_root="kubernetes",
+                           source="OCIRepository/flux-system")
+    model = yaml.safe_load((root / "kubernetes/clusters/one/models/resnet-l4.yaml").read_text())
+    assert model["spec"]["path"] == "./triton/overlays/resnet/l4"
+    findings = json.loads(run_cli("validate", str(root), "-o", "json", "--no-compat").stdout)["findings"]
+    assert [f for f in findings if f["severity"] == "error"] == []
+    (root / "kubernetes/clusters/one/models/resnet-l4.yaml").write_text(
+        (root / "kubernetes/clusters/one/models/resnet-l4.yaml").read_text().replace("./triton/", "./kubernetes/triton/"))
+    findings = json.loads(run_cli("validate", str(root), "-o", "json", "--no-compat").stdout)["findings"]
+    assert ("FluxPathInvalid", "error") in {(f["code"], f["severity"]) for f in findings}
 
 
 # ---- the public fleets -------------------------------------------------------------------------------------------
 
 ROWS = json.loads((FLEETS / "SOURCES.json").read_text()) if (FLEETS / "SOURCES.json").is_file() else []
-REFUSED = {"xunholy__k8s-gitops": "of an OCI artifact pushed from kubernetes/"}  # the layout cannot hold it
 
 
 @pytest.mark.parametrize("row", ROWS or [None], ids=[r["folder"] for r in ROWS] or ["no-corpus"])
@@ -428,9 +443,7 @@ def test_the_public_fleets_deploy_the_model_where_flux_syncs(run_cli, tmp_path, 
     result = run_cli("init", str(root), "--gpu", "l4")
     if result.exit_code == 2 and "name one with --cluster" in result.stderr:
         result = run_cli("init", str(root), "--gpu", "l4", "--cluster", roots[0]["path"])
-    if row["folder"] in REFUSED:
-        assert result.exit_code == 2 and REFUSED[row["folder"]] in result.stderr.splitlines()[0], result.stderr
-        return
     assert result.exit_code == 0, result.stderr
     assert "bootstrap Flux with" not in result.stderr and not (root / "infrastructure/helmrelease-keda.yaml").exists()
-    assert_model_reachable(run_cli, root, *(r["path"] for r in roots))
+    assert_model_reachable(run_cli, root, *(r["path"] for r in roots), source=roots[0]["source"],
+                           artifact_root=roots[0].get("artifact_root", ""))

@@ -478,7 +478,10 @@ def reachability(repo: Path, row: dict[str, Any], add: dict[str, Any], runner: R
         for doc in load_all((repo / flux_file).read_text()):
             if is_flux_ks(doc):
                 model_ks = str((doc.get("metadata") or {}).get("name"))
-                overlay = posixpath.normpath(str((doc.get("spec") or {}).get("path") or "."))
+                inside = str((doc.get("spec") or {}).get("path") or ".").lstrip("/")
+                roots = {str(r.get("artifact_root") or "") for r in row.get("sync_roots") or []
+                         if not r.get("dev_only")}
+                overlay = posixpath.normpath(posixpath.join(roots.pop() if len(roots) == 1 else "", inside))
     workloads: set[tuple[str, str]] = set()
     overlay_error = None
     if overlay:

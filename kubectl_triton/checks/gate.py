@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import tempfile
 from collections import defaultdict
 from collections.abc import Callable, Sequence
@@ -53,6 +54,10 @@ from kubectl_triton.gitops.model import (
     substitute_objects,
 )
 
+# kustomize's words when a remote resource (an https:// URL, a git repository) cannot be reached at all: the network,
+# not the repository, is at fault (an answer such as 404 Not Found stays an error)
+_UNREACHABLE = re.compile(r"dial tcp|no such host|i/o timeout|connection refused|network is unreachable|"
+                          r"TLS handshake timeout|Could not resolve host")
 RENDER_FAILED = register("RenderFailed", "error", "overlay",
                          "kustomize cannot build the folder (as Flux's build would fail)",
                          "run `kubectl kustomize PATH` and fix the file it names")
@@ -216,7 +221,11 @@ def _validate_rendered(root: Path, options: Options, say: Callable[[str], None],
     for target in targets:
         result, docs = renderer.result(target.build)
         if isinstance(docs, str):
-            findings.append(RENDER_FAILED.finding(docs, path=target.rel))
+            offline = _UNREACHABLE.search(docs) if "://" in docs else None
+            findings.append(RENDER_FAILED.finding(
+                f"{docs}; not checked: a remote resource could not be fetched from here ({offline[0]}), so "
+                "nothing this path renders is checked" if offline else docs, path=target.rel,
+                severity="warning" if offline else None))
             continue
         assert result is not None
         objects, target.unknown = substitute_objects(docs, target.variables, target.variables_known)
@@ -551,8 +560,10 @@ def _other_source(layout: Layout, ks: repo.FluxKustomization, rel_file: str, whe
 
 def _schema_findings(targets: list[Target], where: dict[Path, list[clusterversions.Placement]]) -> list[Finding]:
     """Every object against the schemas of each Kubernetes version that its clusters run (one message per
-    problem; where the clusters differ, the message names those it concerns)."""
+    problem; where the clusters differ, the message names those it concerns). A kind without a schema is reported
+    once, with how many objects of it are not checked: a fleet holds hundreds of ExternalSecrets."""
     out = []
+    unchecked: dict[str, list[tuple[str, str]]] = defaultdict(list)  # message -> (folder, object)
     for target in targets:
         held = 0
         by_version: dict[str, list[str]] = defaultdict(list)
@@ -571,8 +582,10 @@ def _schema_findings(targets: list[Target], where: dict[Path, list[clusterversio
                 if len(versions) > 1 and len(found) < len(versions):
                     named = sorted(c for v in found for c in by_version[v] if c)
                     message += f" (Kubernetes {', '.join(found)}: cluster {', '.join(named)})"
-                check = SCHEMA_MISSING if missing else SCHEMA_INVALID
-                out.append(check.finding(message, path=target.rel, object=oid))
+                if missing:
+                    unchecked[message].append((target.rel, oid))
+                else:
+                    out.append(SCHEMA_INVALID.finding(message, path=target.rel, object=oid))
         if target.unknown:
             names = ", ".join(sorted(target.unknown))
             by = ", ".join(sorted({k.name for k in target.kustomizations})) or "?"
@@ -580,6 +593,11 @@ def _schema_findings(targets: list[Target], where: dict[Path, list[clusterversio
             out.append(FLUX_VARIABLE_UNKNOWN.finding(
                 f"postBuild variables of Kustomization {by} not in the repository ({names}): left as written"
                 f"{held_text}", path=target.rel))
+    for message, where_found in unchecked.items():
+        objects, folders = len(dict.fromkeys(where_found)), len({rel for rel, _ in where_found})
+        more = f"; {objects} objects of this kind in {folders} folder(s) are not schema-checked (the first shown)" \
+            if objects > 1 else ""
+        out.append(SCHEMA_MISSING.finding(message + more, path=where_found[0][0], object=where_found[0][1]))
     return out
 
 
@@ -620,11 +638,12 @@ def _duplicate_findings(root: Path, targets: list[Target]) -> list[Finding]:
             if len(found) < 2:
                 continue
             names = ", ".join(sorted(n for n, _ in found))
-            if len({c for _, c in found}) == 1:  # the same object: ownership changes hands, pruning races
+            if len({c for _, c in found}) == 1:  # the same object: it converges, but ownership changes hands
                 out.append(DUPLICATE_OBJECT.finding(
-                    f"applied, identically, by several Flux Kustomizations ({names}): each takes it over when it "
-                    "reconciles, and the one that drops or deletes it prunes it from under the others",
-                    path=repo.relative(root, cluster.path), object=oid.split(":", 1)[1]))
+                    f"applied, identically, by several Flux Kustomizations ({names}): the one that reconciled last "
+                    "owns it, and if that one drops it Flux prunes it until another reapplies it at its next "
+                    "interval", path=repo.relative(root, cluster.path), object=oid.split(":", 1)[1],
+                    severity="warning"))
                 continue
             out.append(DUPLICATE_OBJECT.finding(f"rendered by several Flux Kustomizations "
                                f"({names}); they would fight over it and prune it",

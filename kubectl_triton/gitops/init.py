@@ -162,8 +162,8 @@ def gpu_component_files(layout: Layout, key: str) -> dict[str, str]:
 def flux_kustomization(layout: Layout, name: str, path: str, *, interval: str, timeout: str,
                        depends_on: tuple[str, ...] = (), comment: str | None = None) -> str:
     """A Flux Kustomization applying `path` of this repository's own source."""
-    spec: dict[str, Any] = {"interval": interval, "retryInterval": "1m", "timeout": timeout, "path": f"./{path}",
-                            "prune": True, "wait": True}
+    spec: dict[str, Any] = {"interval": interval, "retryInterval": "1m", "timeout": timeout,
+                            "path": layout.flux_path(path), "prune": True, "wait": True}
     if depends_on:
         spec["dependsOn"] = [{"name": d} for d in depends_on]
     spec["sourceRef"] = source_ref(layout)
@@ -258,6 +258,8 @@ def layout_file(layout: Layout, *, infrastructure: bool = True) -> str:
                             "monitoring": layout.monitoring}
     if layout.source_namespace != "flux-system":
         flux["sourceRef"]["namespace"] = layout.source_namespace
+    if layout.artifact_root:
+        flux["artifactRoot"] = layout.artifact_root
     doc = {"paths": {"bases": layout.bases, "gpus": layout.gpus, "overlays": layout.overlays,
                      "models": layout.models, "clusters": layout.clusters},
            "namespace": layout.namespace, "flux": flux, "monitoring": layout.prometheus.section(),
@@ -484,12 +486,6 @@ def _detect_sync_root(root: Path, opts: InitOptions, found: syncroots.Found) -> 
     if sync.path == ".":
         raise InputError(f"{sync.evidence} syncs the repository's top folder: Flux would apply init's bases as they "
                          "are; move that sync path to a folder of its own (clusters/<name>) and run init again")
-    if sync.artifact_root:
-        raise InputError(f"{sync.path}: Flux syncs ./{posixpath.relpath(sync.path, sync.artifact_root)} of an OCI "
-                         f"artifact pushed from {sync.artifact_root}/ ({sync.evidence}); init writes paths relative "
-                         "to the repository's top, which that artifact does not hold",
-                         hint=f"push the artifact from the repository's top (flux push artifact --path=.) with "
-                         f"the sync path {sync.path}, then run init again")
     others = [r.path for r in found.roots if r is not sync]
     where = f"placed under the sync root {sync.path} ({sync.evidence})"
     if others:
@@ -639,6 +635,9 @@ def _in_artifact(root: Path, sync: syncroots.SyncRoot, layout: Layout, proposed:
         return [*(rel for rel in files if rel not in (LAYOUT_FILE, WORKFLOW)),
                 f"{lay.model_dir('model')}/model/config.pbtxt", f"{lay.overlay_dir('model', 'gpu')}/kustomization.yaml"]
 
+    if sync.artifact_root:
+        return _in_pushed_artifact(root, sync, layout, proposed, propose, notes, needed)
+
     left_out = syncroots.excluded(root, sync, needed(proposed, layout))
     if not left_out:
         return layout, proposed, None
@@ -667,6 +666,33 @@ def _in_artifact(root: Path, sync: syncroots.SyncRoot, layout: Layout, proposed:
                      "would not reach the cluster",
                      hint=f"let the folders init writes ({', '.join(f'{t}/' for t in tops)}) into that source, or "
                      f"give them paths inside it in {LAYOUT_FILE} (paths:) and run init again")
+
+
+def _in_pushed_artifact(root: Path, sync: syncroots.SyncRoot, layout: Layout, proposed: dict[str, str],
+                        propose: Any, notes: list[str], needed: Any) -> tuple[Layout, dict[str, str], None]:
+    """Init's files inside an OCI artifact pushed from a sub-folder (`flux push artifact --path=./kubernetes`):
+    bases, overlays and models under <artifact root>/triton/ unless the layout file puts them inside it already,
+    and every spec.path relative to the artifact root (flux.artifactRoot in the layout file)."""
+    top = sync.artifact_root
+    lay = replace(layout, artifact_root=top)
+    outside = [rel for rel in needed(propose(lay), lay) if not rel.startswith(top + "/")]
+    if outside and (root / LAYOUT_FILE).is_file():
+        raise InputError(f"{outside[0]}: outside {top}/, the folder the artifact that {sync.path} is synced from is "
+                         f"pushed from ({sync.evidence}); init's files would not reach the cluster",
+                         hint=f"give bases, overlays and models paths inside {top}/ in {LAYOUT_FILE} (paths:)")
+    if outside:
+        prefix = f"{top}/{RELOCATED}"
+        if (root / prefix).exists():
+            raise InputError(f"{prefix}: exists; init would write its bases, overlays and models there (inside "
+                             f"{top}/, the folder the artifact of {sync.path} is pushed from)",
+                             hint=f"give them paths inside {top}/ in {LAYOUT_FILE} (paths:) and run init again")
+        lay = replace(lay, bases=f"{prefix}/base", gpus=f"{prefix}/overlays/gpus", overlays=f"{prefix}/overlays",
+                      models=f"{prefix}/models")
+    notes.append(f"Flux syncs ./{posixpath.relpath(sync.path, top)} of an OCI artifact pushed from {top}/ "
+                 f"({sync.evidence}): init writes "
+                 + (f"its bases, overlays and models under {lay.bases.rsplit('/', 1)[0]}/ and " if outside else "")
+                 + f"spec.path relative to {top}/ (flux.artifactRoot in {LAYOUT_FILE})")
+    return lay, propose(lay), None
 
 
 def _monitoring(root: Path, layout: Layout, cluster: str, adopted: bool, opts: InitOptions,

@@ -15,7 +15,7 @@ from typing import Any
 
 from kubectl_triton.errors import InputError
 from kubectl_triton.formats.yamlio import load_all_shared
-from kubectl_triton.gitops.model import KUSTOMIZATION_FILES, listing
+from kubectl_triton.gitops.files import KUSTOMIZATION_FILES, listing
 
 _DIR_LISTS = ("resources", "bases", "components", "crds", "generators", "transformers", "validators")
 _FILE_LISTS = ("configurations",)

@@ -85,6 +85,8 @@ class ClusterProvides:
     storage_classes: tuple[StorageClassInfo, ...] = ()
     secrets: tuple[ExternalSecret, ...] = ()
     file: str | None = None  # the layout file it was read from, when there is one
+    # who provides a namespace ("namespace", name) or CRD group ("crd", group) other than the layout file
+    providers: tuple[tuple[tuple[str, str], str], ...] = ()
 
     def default_class(self) -> StorageClassInfo | None:
         return next((c for c in self.storage_classes if c.default), None)

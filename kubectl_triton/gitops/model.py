@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import fnmatch
 import functools
 import hashlib
 import json
@@ -27,9 +26,17 @@ import yaml
 from kubectl_triton.compat.catalog import GPU, bundled, register
 from kubectl_triton.errors import InputError
 from kubectl_triton.formats.yamlio import files_unchanged, load_all, load_all_shared, loads_all
+from kubectl_triton.gitops.files import (
+    _LISTINGS,
+    _RESOLVED,
+    KUSTOMIZATION_FILES,
+    kustomization_file,
+    manifest_files,
+    matching_files,
+    resolved,
+)
 from kubectl_triton.gitops.layout import LAYOUT_FILE, LAYOUT_SCHEMA, layout_validator
 
-KUSTOMIZATION_FILES = ("kustomization.yaml", "kustomization.yml", "Kustomization")
 FLUX_KUSTOMIZATION_API = "kustomize.toolkit.fluxcd.io/"
 HELM_RELEASE_API = "helm.toolkit.fluxcd.io/"
 SOURCE_API = "source.toolkit.fluxcd.io/"
@@ -132,6 +139,7 @@ class Layout:
     platform: str = "platform"  # the Flux Kustomization applying <bases>/platform
     monitoring: str = "monitoring"  # the Flux Kustomization applying <bases>/monitoring
     source_namespace: str = "flux-system"
+    artifact_root: str = ""  # the folder the own source's artifact is pushed from (flux.artifactRoot); "": the top
     gpu_types: tuple[GPU, ...] = ()  # the repository's own GPU types (`gpus:`), beyond the bundled catalog
     prometheus: Monitoring = Monitoring()  # the `monitoring:` section: installed or existing Prometheus
     file: Path | None = None  # the layout file it was read from; None: defaults
@@ -182,6 +190,8 @@ class Layout:
         for key in ("platform", "monitoring"):
             if flux.get(key):
                 values[key] = str(flux[key])
+        if flux.get("artifactRoot"):
+            values["artifact_root"] = posixpath.normpath(str(flux["artifactRoot"]).strip("/"))
         values["gpu_types"] = tuple(_gpu_type(k, v) for k, v in _section(doc, "gpus").items())
         if "monitoring" in doc:
             values["prometheus"] = Monitoring.from_section(_section(doc, "monitoring"))
@@ -191,6 +201,12 @@ class Layout:
     def source(self) -> str:
         """KIND/NAME of the repository's own Flux source."""
         return f"{self.source_kind}/{self.source_name}"
+
+    def flux_path(self, folder: str) -> str:
+        """A repository-relative folder as spec.path of a Kustomization of the own source (relative to the
+        artifact root)."""
+        inside = posixpath.relpath(folder, self.artifact_root) if self.artifact_root else folder
+        return "./" + inside
 
     def is_own_source(self, kind: str, name: str, namespace: str) -> bool:
         """Is sourceRef (kind, name, namespace) this repository's own source (its spec.path lies here)?"""
@@ -393,71 +409,6 @@ class Model:
 
 _SESSION: contextvars.ContextVar[dict[tuple[Path, bool, int], Repository] | None] = contextvars.ContextVar(
     "repository_session", default=None)
-_RESOLVED: contextvars.ContextVar[dict[Path, Path] | None] = contextvars.ContextVar("resolved_paths", default=None)
-
-
-@dataclass(frozen=True)
-class Listing:
-    """One folder's entries: sub-folders (symlinked ones apart), files (what os.walk calls non-directories) and,
-    of those, the regular files and symlinks to them."""
-
-    folders: tuple[str, ...]
-    linked_folders: tuple[str, ...]
-    others: tuple[str, ...]
-    files: frozenset[str]
-    links: frozenset[str]
-
-
-_LISTINGS: contextvars.ContextVar[dict[str, Listing] | None] = contextvars.ContextVar("listings", default=None)
-
-
-def listing(folder: str) -> Listing:
-    """The entries of `folder` (os.scandir; OSError when it is no folder), listed once per Repository.session."""
-    memo = _LISTINGS.get()
-    found = memo.get(folder) if memo is not None else None
-    if found is None:
-        folders: list[str] = []
-        linked: list[str] = []
-        others: list[str] = []
-        files: set[str] = set()
-        links: set[str] = set()
-        with os.scandir(folder) as entries:
-            for entry in entries:
-                if entry.is_dir():
-                    (linked if entry.is_symlink() else folders).append(entry.name)
-                    continue
-                others.append(entry.name)
-                if entry.is_file():
-                    files.add(entry.name)
-                if entry.is_symlink():
-                    links.add(entry.name)
-        found = Listing(tuple(folders), tuple(linked), tuple(others), frozenset(files), frozenset(links))
-        if memo is not None:
-            memo[folder] = found
-    return found
-
-
-def walk(top: str) -> Iterator[tuple[str, Listing]]:
-    """Every folder below `top` (itself included) with its listing, as os.walk goes: symlinked folders are not
-    descended into, unreadable ones are left out."""
-    try:
-        here = listing(top)
-    except OSError:
-        return
-    yield top, here
-    for name in here.folders:
-        yield from walk(os.path.join(top, name))
-
-
-def resolved(path: Path) -> Path:
-    """`path.resolve()`, resolved once per path within a Repository.session (the files must not change)."""
-    memo = _RESOLVED.get()
-    if memo is None:
-        return path.resolve()
-    found = memo.get(path)
-    if found is None:
-        found = memo[path] = path.resolve()
-    return found
 
 
 @dataclass
@@ -594,10 +545,13 @@ class Repository:
     @cached_property
     def artifact_root(self) -> str:
         """The folder (relative to the root; "" for the root itself) that this repository's own Flux source
-        holds, which spec.path is relative to. A GitRepository holds the whole repository. An OCIRepository or
-        Bucket holds what was pushed (`flux push artifact --path=./kubernetes`): of the folders above the
-        cluster folders, the one under which most of the source's spec.paths exist (the root on a tie)."""
+        holds, which spec.path is relative to: flux.artifactRoot of the layout file, else inferred. A GitRepository
+        holds the whole repository. An OCIRepository or Bucket holds what was pushed (`flux push artifact
+        --path=./kubernetes`): of the folders above the cluster folders, the one under which most of the source's
+        spec.paths exist (the root on a tie)."""
         layout = self.layout
+        if layout.artifact_root:
+            return layout.artifact_root
         if layout.source_kind not in ("OCIRepository", "Bucket"):
             return ""
         paths = [o.path for objs in self._cluster_files.values() for o in objs if isinstance(o, FluxKustomization)
@@ -657,13 +611,6 @@ class Repository:
         return [m for m in self.models if triton_model in m.triton_models]
 
 
-def kustomization_file(directory: Path) -> Path | None:
-    for name in KUSTOMIZATION_FILES:
-        if (directory / name).is_file():
-            return directory / name
-    return None
-
-
 def relative(root: Path, path: Path) -> str:
     """`path` relative to `root` when inside it, for messages and JSON output."""
     top = _resolved(root)
@@ -699,15 +646,6 @@ def _kind(kfile: Path, tolerant: bool = False) -> str:
     return str(doc.get("kind", "Kustomization")) if isinstance(doc, dict) else "Kustomization"
 
 
-def matching_files(top: Path, *patterns: str) -> list[Path]:
-    """sorted(top.rglob(pattern)) for every pattern, in one walk: files below `top` whose name matches one,
-    symlinked folders not descended into (as rglob before Python 3.13)."""
-    found = [os.path.join(folder, name) for folder, entries in walk(str(top)) for name in entries.others
-             if any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns)]
-    # sorted as Paths sort (by component), without making a Path of each first
-    return [Path(f) for f in sorted(found, key=lambda f: f.split(os.sep)) if os.path.exists(f)]
-
-
 def _kustomizations(top: Path, tolerant: bool = False) -> Iterator[tuple[Path, str]]:
     for kfile in matching_files(top, "kustomization.yaml"):
         yield kfile.parent, _kind(kfile, tolerant)
@@ -716,7 +654,7 @@ def _kustomizations(top: Path, tolerant: bool = False) -> Iterator[tuple[Path, s
 def _flux_objects(cluster_dir: Path, tolerant: bool = False) -> Iterator[FluxObject]:
     """The Flux objects of every YAML file below `cluster_dir`, as written (Repository.clusters reads them from
     the folder's render within `flux_rendering`, these where a folder does not render)."""
-    for f in matching_files(cluster_dir, "*.y*ml"):
+    for f in manifest_files(cluster_dir):  # a generator's data file is no manifest, whatever it holds
         try:
             docs = load_all_shared(f) if tolerant else load_all(f)
         except InputError:

@@ -1028,8 +1028,8 @@ def flux_kustomization(name: str, path: str, *, timeout: str, depends: tuple[str
                        force: bool = False, layout: Layout = DEFAULT_LAYOUT) -> str:
     """clusters/CLUSTER/models/NAME.yaml: the Flux Kustomization that applies one overlay (dependsOn and sourceRef:
     the layout file's names)."""
-    spec = Y.mapping(interval="10m", retryInterval="1m", timeout=timeout, path=f"./{path}", prune=True, wait=True,
-                     force=True if force else None)
+    spec = Y.mapping(interval="10m", retryInterval="1m", timeout=timeout, path=layout.flux_path(path), prune=True,
+                     wait=True, force=True if force else None)
     if force:
         Y.comment(spec, "force", "A Job's pod template is immutable: recreate it when the build options change.", 2)
     needs = (*layout.depends_on, *depends)

@@ -173,12 +173,14 @@ def _declarations(root: Path) -> Iterator[_Sync]:
         except (OSError, UnicodeDecodeError):
             continue
         instance = "FluxInstance" in text or ("instance:" in text and "sync:" in text)
-        bootstrap = BOOTSTRAP in text and FLUX_KUSTOMIZATION_API in text
+        bootstrap = FLUX_KUSTOMIZATION_API in text and (BOOTSTRAP in text or SOURCE_API in text)
         if not instance and not bootstrap:
             continue
         docs = _docs(path, text)
         ignores = {(_meta(d)[0], _meta(d)[1]): _mapping(d.get("spec")).get("ignore") for d in docs
                    if d.get("kind") == "GitRepository" and str(d.get("apiVersion", "")).startswith(SOURCE_API)}
+        sources = {(str(d.get("kind")), *_meta(d)) for d in docs
+                   if d.get("kind") in SYNC_KINDS and str(d.get("apiVersion", "")).startswith(SOURCE_API)}
         for doc in docs:
             api, kind = str(doc.get("apiVersion", "")), doc.get("kind")
             name, namespace = _meta(doc)
@@ -197,11 +199,10 @@ def _declarations(root: Path) -> Iterator[_Sync]:
                 found = _instance_sync(_mapping(instance_values.get("sync")), BOOTSTRAP,
                                        "flux-instance Helm values", rel,
                                        _mapping(instance_values.get("kustomize")).get("patches"))
-            elif kind == "Kustomization" and api.startswith(FLUX_KUSTOMIZATION_API) and name == BOOTSTRAP \
-                    and isinstance(spec.get("path"), str):
-                ref = _mapping(spec.get("sourceRef"))
-                source = (str(ref.get("kind") or "GitRepository"), str(ref.get("name") or BOOTSTRAP),
-                          str(ref.get("namespace") or namespace))
+            elif kind == "Kustomization" and api.startswith(FLUX_KUSTOMIZATION_API) \
+                    and isinstance(spec.get("path"), str) \
+                    and (name == BOOTSTRAP or _self_sync(rel, str(spec["path"]), _source(spec, namespace), sources)):
+                source = _source(spec, namespace)
                 ignore = ignores.get((source[1], source[2]))
                 found = _Sync(str(spec["path"]), source, f"Kustomization {namespace}/{name} ({rel})",
                               ignore=ignore if isinstance(ignore, str) else None)
@@ -209,6 +210,20 @@ def _declarations(root: Path) -> Iterator[_Sync]:
                 found = None
             if found is not None:
                 yield found
+
+
+def _source(spec: dict[str, Any], namespace: str) -> tuple[str, str, str]:
+    ref = _mapping(spec.get("sourceRef"))
+    return (str(ref.get("kind") or "GitRepository"), str(ref.get("name") or BOOTSTRAP),
+            str(ref.get("namespace") or namespace))
+
+
+def _self_sync(rel: str, path: str, source: tuple[str, str, str], sources: set[tuple[str, str, str]]) -> bool:
+    """A bootstrap pair under another name: the file declares the source and a Kustomization of it whose path holds
+    the file itself (it keeps itself applied, as flux bootstrap's gotk-sync.yaml does). A path of `./` is left out:
+    it is as often another artifact's top (the Flux manifests an OCIRepository pulls) as this repository's."""
+    folder = normalise(path)
+    return source in sources and folder != "." and rel.startswith(folder + "/")
 
 
 def _declares_kustomizations(folder: Path) -> bool:

@@ -40,7 +40,7 @@ from kubectl_triton.checks.manifests.provenance import (
 )
 from kubectl_triton.checks.registry import register
 from kubectl_triton.formats.schemas import object_id
-from kubectl_triton.gitops import repo
+from kubectl_triton.gitops import bootstrap, repo
 from kubectl_triton.gitops.layout import ClusterProvides
 from kubectl_triton.gitops.model import Repository
 
@@ -773,9 +773,28 @@ def check(root: Path, targets: list[Any], provides: ClusterProvides) -> list[Fin
     Kustomization may be applied by one of another cluster folder (a layout whose cluster folders are the
     repository's top folders: kubernetes/flux applies kubernetes/apps): those count as its parents."""
     clusters = clusters_applied(root, targets)
+    installed = bootstrap.releases(root)
+    names = [repo.relative(root, c.folder) for c in clusters]
     out: list[Finding] = []
-    for cluster in clusters:
+    for cluster, name in zip(clusters, names, strict=True):
         outside = [*([cluster.root] if cluster.root is not None else []),
                    *(ks for other in clusters if other is not cluster for ks in other.applied)]
-        out.extend(check_cluster(cluster.applied, provides, cluster.flux_namespace, outside))
+        here = with_bootstrap(provides, bootstrap.for_cluster(installed, name, names))
+        out.extend(check_cluster(cluster.applied, here, cluster.flux_namespace, outside))
     return out
+
+
+def with_bootstrap(provides: ClusterProvides, releases: list[bootstrap.Release]) -> ClusterProvides:
+    """`provides` and what the cluster's bootstrap helmfile releases install before Flux runs: their namespaces
+    and the CRDs of their charts (those this plugin has data on)."""
+    namespaces, groups, who = set(provides.namespaces), set(provides.crds), dict(provides.providers)
+    for release in releases:
+        if release.creates_namespace and release.namespace and release.namespace not in namespaces:
+            namespaces.add(release.namespace)
+            who[("namespace", release.namespace)] = release.provider
+        for group in (chart_groups(release.chart) or ()) if release.chart else ():
+            if group not in groups:
+                groups.add(group)
+                who[("crd", group)] = release.provider
+    return replace(provides, namespaces=frozenset(namespaces), crds=frozenset(groups),
+                   providers=tuple(sorted(who.items())))

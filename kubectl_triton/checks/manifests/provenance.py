@@ -273,10 +273,11 @@ def baseline(provides: ClusterProvides, flux_namespace: str) -> Provided:
         out.groups[group] = "Kubernetes"
     for group in data()["flux"]["groups"]:
         out.groups[group] = "flux bootstrap"
+    who = dict(provides.providers)
     for ns in provides.namespaces:
-        out.namespaces.setdefault(ns, provides.file or "kubectl-triton.yaml")
+        out.namespaces.setdefault(ns, who.get(("namespace", ns)) or provides.file or "kubectl-triton.yaml")
     for group in provides.crds:
-        out.groups.setdefault(group, provides.file or "kubectl-triton.yaml")
+        out.groups.setdefault(group, who.get(("crd", group)) or provides.file or "kubectl-triton.yaml")
     return out
 
 

@@ -1,7 +1,8 @@
 """Traffic-split routes (Gateway API HTTPRoutes) in the rendered repository, for `validate`.
 
-- RouteWeights: the weights of a rule's backendRefs sum to 100 (a rule with one backend and no weight is
-  all of the traffic);
+- RouteWeights: the weights of a canary route's rule (one kubectl-triton manages: its triton-model annotation)
+  sum to 100 (a rule with one backend and no weight is all of the traffic); any other route's weights are
+  proportions (Gateway API), so only a rule whose weights are all 0 is reported (a warning);
 - RouteBackendMissing: every Service backend is rendered, with that port, by an overlay that the route's
   cluster applies (any overlay when the route is registered nowhere: RouteNotRegistered); a backend in a
   namespace where a HelmRelease or an operator creates Services at run time is "not checked" (a warning), as
@@ -63,7 +64,13 @@ def check(root: Path, targets: list[Any]) -> list[Finding]:
 
 
 def _deployed(root: Path, target: Any, targets: list[Any], by_path: dict, flux: list) -> tuple[list[Any], bool]:
-    """Targets applied next to `target` (same cluster folders), and whether `target` is registered."""
+    """Targets applied to the same clusters as `target` (every path the Flux Kustomizations of a cluster that
+    applies it apply, nested ones included; else those declared beside its own), and whether it is registered."""
+    applied = [{repo.resolved(root / ks.path) for ks in cluster.kustomizations}
+               for cluster in Repository.at(root, tolerant=True).clusters]
+    mine = [paths for paths in applied if target.path in paths]
+    if mine:
+        return [by_path[p] for p in sorted(set().union(*mine)) if p in by_path], True
     clusters = {ks.file.parent for ks in flux if repo.resolved(root / ks.path) == target.path}
     if not clusters:
         overlays = Repository.at(root, tolerant=True).layout.overlays + "/"
@@ -123,14 +130,18 @@ def _check_route(root: Path, target: Any, route: dict, targets: list[Any], by_pa
         seen[folders] = _services(deployed, namespaces)
     services, creators = seen[folders]
     tracks: dict[str, tuple[dict, Any]] = {}
+    managed = bool((_meta(route).get("annotations") or {}).get(ANN_TRITON_MODEL))
     for i, rule in enumerate((route.get("spec") or {}).get("rules") or []):
         refs = [b for b in rule.get("backendRefs") or [] if isinstance(b, dict)]
         if refs and not (len(refs) == 1 and "weight" not in refs[0]):
             total = sum(int(b.get("weight", 1)) for b in refs)
-            if total != 100:
-                shown = ", ".join(f"{b.get('name')}={b.get('weight', 1)}" for b in refs)
+            shown = ", ".join(f"{b.get('name')}={b.get('weight', 1)}" for b in refs)
+            if managed and total != 100:  # a canary split: percentages, as canary/promote/abort write them
                 out.append(finding(ERROR, "RouteWeights", f"rules[{i}]: backendRef weights sum to {total}, not "
                                    f"100 ({shown})"))
+            elif total == 0:  # Gateway API weights are proportions; all zero sends every request an error
+                out.append(finding(WARNING, "RouteWeights", f"rules[{i}]: every backendRef has weight 0 ({shown}): "
+                                   "the gateway answers every request of this rule with an error"))
         for b in refs:
             if b.get("kind", "Service") != "Service" or b.get("group", "") not in ("", "core"):
                 continue

@@ -62,7 +62,8 @@ class Creators:
             return
         for entry in data().get("operator_kinds") or []:
             if entry.get("group") == group and entry.get("kind") == kind:
-                ns = _ns(obj)
+                # a cluster-scoped resource (kustomize may still give it a namespace) creates in any namespace
+                ns = None if entry.get("cluster_scoped") else _ns(obj)
                 self.operators[ns].append(f"{kind} {_name(obj)}")
                 for key, written in (("secrets", "Secret"), ("configmaps", "ConfigMap")):
                     for pattern in entry.get(key) or []:

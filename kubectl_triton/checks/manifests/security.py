@@ -397,12 +397,21 @@ def _strings(value: Any, path: str = "") -> Iterator[tuple[str, str]]:
         yield path, value
 
 
+_URL_WITH_PASSWORD = _CRED_VALUE[-1][0]
+_COMMENT_LINE = re.compile(r"^\s*(#|;|//)")
+
+
 def credential_pattern(text: str) -> str | None:
-    """What kind of credential `text` contains, if it contains a well-known one."""
+    """What kind of credential `text` contains, if it contains a well-known one. A URL with a password on a comment
+    line of a configuration file is its documentation (`## Default: postgres://kemal:kemal@localhost`), not one;
+    tokens and keys count on any line."""
     for rx, what in _CRED_VALUE:
-        m = rx.search(text)
-        if m and not _PLACEHOLDER.match(m.group(0).rsplit(":", 1)[-1].rstrip("@")):
-            return what
+        lines = [line for line in text.splitlines() if not _COMMENT_LINE.match(line)] \
+            if rx is _URL_WITH_PASSWORD and "\n" in text else [text]
+        for line in lines:
+            m = rx.search(line)
+            if m and not _PLACEHOLDER.match(m.group(0).rsplit(":", 1)[-1].rstrip("@")):
+                return what
     return None
 
 
