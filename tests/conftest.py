@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,6 +17,18 @@ from kubectl_triton.gitops import repo
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
+
+
+@pytest.fixture(autouse=True)
+def _sigint_handler_left_as_found(request):
+    """Every test leaves Ctrl-C handled as it found it (a handler left behind swallows a later test's Ctrl-C and
+    that test, not this one, would fail): restored, and this test reported."""
+    before = signal.getsignal(signal.SIGINT)
+    yield
+    after = signal.getsignal(signal.SIGINT)
+    if after is not before:
+        signal.signal(signal.SIGINT, before)
+        pytest.fail(f"{request.node.nodeid} left the SIGINT handler {after!r} (was {before!r})")
 
 
 @dataclass

@@ -12,8 +12,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from kubectl_triton.adapters import network
 from kubectl_triton.checks.manifests.security import check_credentials
+from kubectl_triton.errors import InputError
 from kubectl_triton.gitops import bootstrap
+from kubectl_triton.gitops.model import Repository
 
 FLUX = "kustomize.toolkit.fluxcd.io/v1"
 LAYOUT = "paths:\n  clusters: kubernetes/clusters\n"
@@ -146,14 +149,19 @@ def test_route_weights(run_cli, tmp_path: Path, weights, annotated, expected):
 
 # ---- a remote resource this machine cannot reach -------------------------------------------------------------------
 
-def test_an_unreachable_remote_resource_is_not_checked_but_a_missing_file_is_an_error(run_cli, tmp_path: Path):
+@pytest.mark.parametrize("offline, severity", [(True, "warning"), (False, "error")])
+def test_an_unreachable_remote_resource_is_not_checked_only_without_a_network(run_cli, tmp_path: Path, monkeypatch,
+                                                                              offline, severity):
+    """kustomize cannot resolve the host: on a machine that resolves nothing (the probe fails too) the path is not
+    checked; where the network works, the host is the repository's mistake. A missing local file is an error."""
+    monkeypatch.setattr(network, "offline", lambda: offline)
     root = write(tmp_path / "repo", {
         "kubectl-triton.yaml": LAYOUT,
         "kubernetes/clusters/main/apps.yaml": ks("apps", "./kubernetes/apps"),
         "kubernetes/apps/kustomization.yaml": listing("https://manifests.example.invalid/v1/crds.yaml")})
     render = [f for f in findings(run_cli, root) if f["code"] == "RenderFailed"]
-    assert [f["severity"] for f in render] == ["warning"], render
-    assert "not checked: a remote resource could not be fetched from here" in render[0]["message"]
+    assert [f["severity"] for f in render] == [severity], render
+    assert ("not checked: this machine reaches no network" in render[0]["message"]) == offline
     (root / "kubernetes/apps/kustomization.yaml").write_text(listing("missing.yaml"))
     assert [f["severity"] for f in findings(run_cli, root) if f["code"] == "RenderFailed"] == ["error"]
 
@@ -217,8 +225,105 @@ def test_init_finds_a_self_syncing_source_and_kustomization_and_reads_no_data_fi
      []),
     ("database_url: postgres://app:hunter2@db:5432/app\n", ["a URL with a password"]),
     ("# token: ghp_" + "a" * 36 + "\n", ["a GitHub token"]),  # a token counts even commented out
+    ("# prod: postgres://admin:Sup3rS3cret@prod-db.corp/app\nlevel: info\n", ["a URL with a password"]),
 ])
 def test_credentials_in_configuration_files(config, found):
     cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "app", "namespace": "default"},
           "data": {"config.yml": config}}
     assert [f.message.split(" contains ")[1] for f in check_credentials("apps", cm)] == found
+
+
+# ---- the review's broken twins ---------------------------------------------------------------------------------------
+
+def test_a_tekton_config_covers_only_its_target_namespace(run_cli, tmp_path: Path):
+    config = yaml.safe_dump({"apiVersion": "operator.tekton.dev/v1alpha1", "kind": "TektonConfig",
+                             "metadata": {"name": "config"}, "spec": {"targetNamespace": "tekton-pipelines"}})
+    route = yaml.safe_dump({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+                            "metadata": {"name": "web", "namespace": "default"},
+                            "spec": {"rules": [{"backendRefs": [{"name": "web-stabel", "port": 80}]}]}})
+    root = write(tmp_path / "repo", {
+        "kubectl-triton.yaml": LAYOUT + "cluster:\n  provides:\n    crds:\n      - group: operator.tekton.dev\n"
+        "        reason: Tekton\n",
+        "kubernetes/clusters/main/apps.yaml": ks("apps", "./kubernetes/apps"),
+        "kubernetes/apps/kustomization.yaml": listing("route.yaml", "config.yaml"),
+        "kubernetes/apps/route.yaml": route, "kubernetes/apps/config.yaml": config})
+    assert ("RouteBackendMissing", "HTTPRoute/default/web") in errors(findings(run_cli, root))
+    (root / "kubernetes/apps/route.yaml").write_text(route.replace("namespace: default", "namespace: tekton-pipelines"))
+    missing = [f for f in findings(run_cli, root) if f["code"] == "RouteBackendMissing"]
+    assert [f["severity"] for f in missing] == ["info"] and "TektonConfig config" in missing[0]["message"]
+
+
+def test_a_helmfile_outside_bootstrap_installs_nothing(run_cli, tmp_path: Path):
+    root = _fleet(tmp_path, {"hack/kind/helmfile.yaml": CRDS + APPS.split("releases:\n", 1)[1]})
+    assert ("CRDMissing", "PrometheusRule/observability/rules") in errors(findings(run_cli, root))
+    assert bootstrap.releases(root) == []
+
+
+@pytest.mark.parametrize("values, installed", [
+    ("", False), ("    values:\n      - crds:\n          enabled: true\n", True),
+    ("    set:\n      - name: crds.enabled\n        value: true\n", True)])
+def test_a_bootstrap_chart_installs_its_crds_as_its_values_say(run_cli, tmp_path: Path, values, installed):
+    """cert-manager's CRDs are templates behind crds.enabled, off by default."""
+    issuer = "apiVersion: cert-manager.io/v1\nkind: ClusterIssuer\nmetadata:\n  name: self\nspec:\n  selfSigned: {}\n"
+    root = write(tmp_path / "repo", {
+        "kubectl-triton.yaml": LAYOUT,
+        "kubernetes/clusters/main/apps.yaml": ks("apps", "./kubernetes/apps"),
+        "kubernetes/apps/kustomization.yaml": listing("issuer.yaml"), "kubernetes/apps/issuer.yaml": issuer,
+        "bootstrap/helmfile.yaml": "releases:\n  - name: cert-manager\n    namespace: cert-manager\n"
+                                   "    chart: jetstack/cert-manager\n" + values})
+    assert (("CRDMissing", "ClusterIssuer/self") in errors(findings(run_cli, root))) != installed
+
+
+def test_another_repositorys_source_beside_the_bootstrap_is_no_sync_root(run_cli, tmp_path: Path):
+    tenant = SOURCE.replace("name: home", "name: team-a") + "---\n" + ks("team-a", "./clusters/prod", source="team-a")
+    gotk = SOURCE.replace("name: home", "name: flux-system") + "---\n" + ks("flux-system", "./clusters/prod")
+    root = write(tmp_path / "repo", {"clusters/prod/apps/team-a.yaml": tenant,
+                                     "clusters/prod/flux-system/gotk-sync.yaml": gotk,
+                                     "clusters/prod/flux-system/kustomization.yaml": listing("gotk-sync.yaml")})
+    result = run_cli("init", str(root), "--gpu", "l4")
+    assert result.exit_code == 0, result.stderr
+    layout = yaml.safe_load((root / "kubectl-triton.yaml").read_text())
+    assert layout["flux"]["sourceRef"] == {"kind": "GitRepository", "name": "flux-system"}
+
+
+def test_kinds_without_a_schema_are_reported_once(run_cli, tmp_path: Path):
+    widget = "apiVersion: example.com/v1\nkind: Widget\nmetadata:\n  name: {}\n  namespace: default\n"
+    root = write(tmp_path / "repo", {
+        "kubectl-triton.yaml": LAYOUT + "cluster:\n  provides:\n    crds:\n      - group: example.com\n"
+        "        reason: test\n",
+        "kubernetes/clusters/main/a.yaml": ks("a", "./kubernetes/a"),
+        "kubernetes/clusters/main/b.yaml": ks("b", "./kubernetes/b"),
+        "kubernetes/a/kustomization.yaml": listing("w1.yaml", "w2.yaml"),
+        "kubernetes/a/w1.yaml": widget.format("one"), "kubernetes/a/w2.yaml": widget.format("two"),
+        "kubernetes/b/kustomization.yaml": listing("w.yaml"), "kubernetes/b/w.yaml": widget.format("three")})
+    missing = [f for f in findings(run_cli, root) if f["code"] == "SchemaMissing"]
+    assert len(missing) == 1, missing
+    assert "3 objects of this kind in 2 folder(s) are not schema-checked" in missing[0]["message"]
+
+
+def test_an_artifact_root_needs_an_oci_source(run_cli, tmp_path: Path):
+    root = write(tmp_path / "repo", {"kubectl-triton.yaml": LAYOUT + "flux:\n  artifactRoot: kubernetes\n",
+                                     "kubernetes/clusters/main/apps.yaml": ks("apps", "./apps")})
+    result = run_cli("validate", str(root))  # a finding of the gate, which goes on
+    assert result.exit_code == 1 and "error [LayoutInvalid] flux.artifactRoot needs flux.sourceRef of kind " \
+        "OCIRepository" in result.stdout, result.stdout
+    result = run_cli("add-model", "m", "--repo", str(root), "--backend", "onnxruntime", "--gpu", "l4",
+                     "--input", "x:FP32:3", "--output", "y:FP32:3")
+    assert result.exit_code == 2 and "Traceback" not in result.stderr
+    assert "flux.artifactRoot needs flux.sourceRef" in result.stderr.splitlines()[0]
+
+
+def test_unlisted_cluster_files_still_count_and_only_data_files_may_be_unreadable(tmp_path: Path):
+    root = write(tmp_path / "repo", {
+        "kubectl-triton.yaml": LAYOUT,
+        "kubernetes/clusters/main/kustomization.yaml": listing("apps.yaml"),
+        "kubernetes/clusters/main/apps.yaml": ks("apps", "./kubernetes/apps"),
+        "kubernetes/clusters/main/infra/platform.yaml": ks("platform", "./kubernetes/platform"),
+        "kubernetes/clusters/main/infra/kustomization.yaml": listing() + "configMapGenerator:\n  - name: t\n"
+                                                             "    files:\n      - data.yaml\n",
+        "kubernetes/clusters/main/infra/data.yaml": "a: {{ .B }}\n"})
+    names = {ks.name for ks in Repository.at(root).clusters[0].kustomizations}
+    assert names == {"apps", "platform"}
+    (root / "kubernetes/clusters/main/apps.yaml").write_text("a: [\n")
+    with pytest.raises(InputError, match="apps.yaml"):
+        assert Repository.at(root).clusters

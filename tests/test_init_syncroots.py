@@ -419,8 +419,8 @@ def test_an_oci_artifact_pushed_from_a_sub_folder_holds_the_model(run_cli, tmp_p
     assert model["spec"]["path"] == "./triton/overlays/resnet/l4"
     findings = json.loads(run_cli("validate", str(root), "-o", "json", "--no-compat").stdout)["findings"]
     assert [f for f in findings if f["severity"] == "error"] == []
-    (root / "kubernetes/clusters/one/models/resnet-l4.yaml").write_text(
-        (root / "kubernetes/clusters/one/models/resnet-l4.yaml").read_text().replace("./triton/", "./kubernetes/triton/"))
+    model_file = root / "kubernetes/clusters/one/models/resnet-l4.yaml"
+    model_file.write_text(model_file.read_text().replace("./triton/", "./kubernetes/triton/"))
     findings = json.loads(run_cli("validate", str(root), "-o", "json", "--no-compat").stdout)["findings"]
     assert ("FluxPathInvalid", "error") in {(f["code"], f["severity"]) for f in findings}
 

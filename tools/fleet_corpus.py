@@ -28,41 +28,47 @@ from realworld_corpus import CorpusError, Project
 
 HERE = Path(__file__).resolve().parent
 MANIFEST = HERE.parent / "tests" / "fixtures" / "flux-fleets-sources.json"
-MAX_SIZE = 1 << 20
+MAX_SIZE = 4 << 20  # the git copies lack larger files anyway
 
 
 def folder(repository: str) -> str:
     return repository.replace("/", "__")
 
 
-def export(project: Project, commit: str, dest: Path, max_size: int) -> tuple[int, int]:
-    """Write every file of `commit` below `max_size` bytes under `dest`; returns (written, left out)."""
+def export(project: Project, commit: str, dest: Path, max_size: int) -> tuple[int, list[str]]:
+    """Write every file of `commit` below `max_size` bytes under `dest`; returns (written, the paths left out, each
+    with why: a submodule, a file too large or absent from the git copy, a link leaving the repository)."""
     listing = project.git("ls-tree", "-r", "-z", "-l", "--full-tree", commit).decode(errors="surrogateescape")
-    written = skipped = 0
+    written = 0
+    left_out: list[str] = []
     for entry in filter(None, listing.split("\0")):
         meta, _, path = entry.partition("\t")
         mode, kind, obj, size = meta.split()
         if kind != "blob" or path.startswith("/") or ".." in path.split("/"):
-            skipped += 1
+            left_out.append(f"{path} ({kind})")
             continue
         if not size.isdigit() or int(size) > max_size:  # "BAD": a blob the snapshot lacks
-            skipped += 1
+            left_out.append(f"{path} ({size} bytes)" if size.isdigit() else f"{path} (absent)")
             continue
         try:
             data = project.git("cat-file", "blob", obj)
         except CorpusError:  # a snapshot may lack its largest blobs
-            skipped += 1
+            left_out.append(f"{path} (absent)")
             continue
         target = dest / path
         target.parent.mkdir(parents=True, exist_ok=True)
         if mode == "120000":
-            os.symlink(data.decode(errors="surrogateescape"), target)
+            link = data.decode(errors="surrogateescape")
+            if os.path.isabs(link) or os.path.normpath(os.path.join(os.path.dirname(path), link)).startswith(".."):
+                left_out.append(f"{path} (a link out of the repository)")
+                continue
+            os.symlink(link, target)
         else:
             target.write_bytes(data)
             if mode == "100755":
                 target.chmod(0o755)
         written += 1
-    return written, skipped
+    return written, left_out
 
 
 def build(rows: list[dict[str, Any]], git_root: Path, out: Path, max_size: int) -> list[dict[str, Any]]:
@@ -77,9 +83,9 @@ def build(rows: list[dict[str, Any]], git_root: Path, out: Path, max_size: int) 
             if license_id != row["license"]:
                 raise CorpusError(f"{row['repo']}: the license at {row['commit'][:12]} is "
                                   f"{license_id or 'not a permissive one'}, the manifest says {row['license']}")
-            written, skipped = export(project, row["commit"], stage / folder(row["repo"]), max_size)
-            sources.append({"folder": folder(row["repo"]), **row, "files": written, "files_left_out": skipped})
-            print(f"{row['repo']}: {written} files ({skipped} left out)", file=sys.stderr)
+            written, left_out = export(project, row["commit"], stage / folder(row["repo"]), max_size)
+            sources.append({"folder": folder(row["repo"]), **row, "files": written, "left_out": left_out})
+            print(f"{row['repo']}: {written} files ({len(left_out)} left out)", file=sys.stderr)
         (stage / "SOURCES.json").write_text(json.dumps(sources, indent=1) + "\n", encoding="utf-8")
         if out.exists():
             old = out.with_name(f".{out.name}-old")

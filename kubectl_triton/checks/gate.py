@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from kubectl_triton.adapters import kustomize
+from kubectl_triton.adapters import kustomize, network
 from kubectl_triton.checks import server as server_check
 from kubectl_triton.checks.findings import Finding
 from kubectl_triton.checks.manifests import (
@@ -54,8 +54,9 @@ from kubectl_triton.gitops.model import (
     substitute_objects,
 )
 
-# kustomize's words when a remote resource (an https:// URL, a git repository) cannot be reached at all: the network,
-# not the repository, is at fault (an answer such as 404 Not Found stays an error)
+# kustomize's words when a remote resource (an https:// URL, a git repository) cannot be reached at all: where this
+# machine reaches no network (adapters/network.py), the machine is at fault and the path is not checked; with a
+# network the same words are the repository's (a mistyped host), and an answer such as 404 is an error anyway
 _UNREACHABLE = re.compile(r"dial tcp|no such host|i/o timeout|connection refused|network is unreachable|"
                           r"TLS handshake timeout|Could not resolve host")
 RENDER_FAILED = register("RenderFailed", "error", "overlay",
@@ -221,11 +222,12 @@ def _validate_rendered(root: Path, options: Options, say: Callable[[str], None],
     for target in targets:
         result, docs = renderer.result(target.build)
         if isinstance(docs, str):
-            offline = _UNREACHABLE.search(docs) if "://" in docs else None
+            unreachable = _UNREACHABLE.search(docs) if "://" in docs else None
+            offline = unreachable is not None and network.offline()
             findings.append(RENDER_FAILED.finding(
-                f"{docs}; not checked: a remote resource could not be fetched from here ({offline[0]}), so "
-                "nothing this path renders is checked" if offline else docs, path=target.rel,
-                severity="warning" if offline else None))
+                f"{docs}; not checked: this machine reaches no network ({unreachable[0] if unreachable else ''}; "
+                f"{network.PROBE_HOST} does not resolve either), so nothing this path renders is checked"
+                if offline else docs, path=target.rel, severity="warning" if offline else None))
             continue
         assert result is not None
         objects, target.unknown = substitute_objects(docs, target.variables, target.variables_known)

@@ -674,8 +674,8 @@ def _in_pushed_artifact(root: Path, sync: syncroots.SyncRoot, layout: Layout, pr
     bases, overlays and models under <artifact root>/triton/ unless the layout file puts them inside it already,
     and every spec.path relative to the artifact root (flux.artifactRoot in the layout file)."""
     top = sync.artifact_root
-    lay = replace(layout, artifact_root=top)
-    outside = [rel for rel in needed(propose(lay), lay) if not rel.startswith(top + "/")]
+    lay = layout
+    outside = [rel for rel in needed(proposed, layout) if not rel.startswith(top + "/")]
     if outside and (root / LAYOUT_FILE).is_file():
         raise InputError(f"{outside[0]}: outside {top}/, the folder the artifact that {sync.path} is synced from is "
                          f"pushed from ({sync.evidence}); init's files would not reach the cluster",
@@ -688,6 +688,7 @@ def _in_pushed_artifact(root: Path, sync: syncroots.SyncRoot, layout: Layout, pr
                              hint=f"give them paths inside {top}/ in {LAYOUT_FILE} (paths:) and run init again")
         lay = replace(lay, bases=f"{prefix}/base", gpus=f"{prefix}/overlays/gpus", overlays=f"{prefix}/overlays",
                       models=f"{prefix}/models")
+    lay = replace(lay, artifact_root=top)
     notes.append(f"Flux syncs ./{posixpath.relpath(sync.path, top)} of an OCI artifact pushed from {top}/ "
                  f"({sync.evidence}): init writes "
                  + (f"its bases, overlays and models under {lay.bases.rsplit('/', 1)[0]}/ and " if outside else "")

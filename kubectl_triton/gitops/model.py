@@ -191,6 +191,9 @@ class Layout:
             if flux.get(key):
                 values[key] = str(flux[key])
         if flux.get("artifactRoot"):
+            if values.get("source_kind") not in ("OCIRepository", "Bucket"):
+                raise InputError(f"{LAYOUT_FILE}: flux.artifactRoot needs flux.sourceRef of kind OCIRepository or "
+                                 "Bucket (a GitRepository's artifact is the whole repository)")
             values["artifact_root"] = posixpath.normpath(str(flux["artifactRoot"]).strip("/"))
         values["gpu_types"] = tuple(_gpu_type(k, v) for k, v in _section(doc, "gpus").items())
         if "monitoring" in doc:
@@ -206,6 +209,10 @@ class Layout:
         """A repository-relative folder as spec.path of a Kustomization of the own source (relative to the
         artifact root)."""
         inside = posixpath.relpath(folder, self.artifact_root) if self.artifact_root else folder
+        if inside == ".." or inside.startswith("../"):
+            raise InputError(f"{folder}: outside {self.artifact_root}/, the folder this repository's artifact is "
+                             f"pushed from ({LAYOUT_FILE} flux.artifactRoot): Flux would not find it",
+                             hint=f"give it a path inside {self.artifact_root}/ in {LAYOUT_FILE} (paths:)")
         return "./" + inside
 
     def is_own_source(self, kind: str, name: str, namespace: str) -> bool:
@@ -653,12 +660,17 @@ def _kustomizations(top: Path, tolerant: bool = False) -> Iterator[tuple[Path, s
 
 def _flux_objects(cluster_dir: Path, tolerant: bool = False) -> Iterator[FluxObject]:
     """The Flux objects of every YAML file below `cluster_dir`, as written (Repository.clusters reads them from
-    the folder's render within `flux_rendering`, these where a folder does not render)."""
-    for f in manifest_files(cluster_dir):  # a generator's data file is no manifest, whatever it holds
+    the folder's render within `flux_rendering`, these where a folder does not render). A file that does not parse
+    raises InputError unless `tolerant`, or unless it is no manifest (a generator's data file, whatever it holds)."""
+    manifests: set[Path] | None = None
+    for f in matching_files(cluster_dir, "*.y*ml"):
         try:
             docs = load_all_shared(f) if tolerant else load_all(f)
         except InputError:
-            if not tolerant:
+            if tolerant:
+                continue
+            manifests = set(manifest_files(cluster_dir)) if manifests is None else manifests
+            if f in manifests:
                 raise
             continue
         for doc in docs:

@@ -123,6 +123,7 @@ class _Sync:
     url: str = ""
     ignore: str | None = None
     declared: bool = True
+    self_sync: bool = False  # found only as a source and its Kustomization applying their own file's folder
 
 
 def _instance_sync(sync: dict[str, Any], namespace: str, what: str, rel: str,
@@ -205,7 +206,7 @@ def _declarations(root: Path) -> Iterator[_Sync]:
                 source = _source(spec, namespace)
                 ignore = ignores.get((source[1], source[2]))
                 found = _Sync(str(spec["path"]), source, f"Kustomization {namespace}/{name} ({rel})",
-                              ignore=ignore if isinstance(ignore, str) else None)
+                              ignore=ignore if isinstance(ignore, str) else None, self_sync=name != BOOTSTRAP)
             else:
                 found = None
             if found is not None:
@@ -296,13 +297,19 @@ def find(root: Path) -> Found:
     """The sync roots of the repository at `root`, in path order."""
     out = Found()
     by_path: dict[str, SyncRoot] = {}
-    for decl in [*_declarations(root), *_gotk_folders(root)]:
-        for found in _resolve(root, decl, out.notes):
-            known = by_path.get(found.path)
-            if known is None or (found.declared and not known.declared):
-                by_path[found.path] = found
-            elif known.ignore is None and found.ignore is not None:
-                by_path[found.path] = replace(known, ignore=found.ignore)
+    declarations = [*_declarations(root), *_gotk_folders(root)]
+    # a source and Kustomization applying their own folder count only where Flux shows no other sync root: a
+    # tenant's GitRepository with its Kustomization inside the cluster folder is another repository's
+    for wanted in (False, True):
+        for decl in (d for d in declarations if d.self_sync == wanted):
+            for found in _resolve(root, decl, out.notes):
+                known = by_path.get(found.path)
+                if known is None or (found.declared and not known.declared):
+                    by_path[found.path] = found
+                elif known.ignore is None and found.ignore is not None:
+                    by_path[found.path] = replace(known, ignore=found.ignore)
+        if by_path:
+            break
     roots = sorted(by_path.values(), key=lambda r: r.path)
     real = [r for r in roots if not r.dev]
     if real and len(real) < len(roots):

@@ -99,6 +99,13 @@ WAIT_NEVER_HEALTHY = register(
     "Name an RWX-capable storageClassName on the PVC, or declare the cluster's StorageClasses in kubectl-triton.yaml "
     "(cluster.provides.storageClasses, with rwx/default/volumeBindingMode).")
 
+BOOTSTRAP_INSTALLED = register(
+    "BootstrapInstalled", "info", "cluster",
+    "What the repository's bootstrap files (helmfiles and templates below a bootstrap/ folder) install before Flux "
+    "runs: their CRDs and namespaces count as there when Flux applies the cluster.",
+    "Nothing to fix; if the cluster is not bootstrapped with those files, declare what it has in kubectl-triton.yaml "
+    "(cluster.provides).")
+
 DEPENDENCY_CYCLE = register(
     "FluxDependencyCycle", "error", "cluster",
     "Flux Kustomizations depend on each other in a circle: none of them is ever applied.",
@@ -775,26 +782,42 @@ def check(root: Path, targets: list[Any], provides: ClusterProvides) -> list[Fin
     clusters = clusters_applied(root, targets)
     installed = bootstrap.releases(root)
     names = [repo.relative(root, c.folder) for c in clusters]
+    flux_clusters = [n for c, n in zip(clusters, names, strict=True) if c.applied] or names
     out: list[Finding] = []
     for cluster, name in zip(clusters, names, strict=True):
         outside = [*([cluster.root] if cluster.root is not None else []),
                    *(ks for other in clusters if other is not cluster for ks in other.applied)]
-        here = with_bootstrap(provides, bootstrap.for_cluster(installed, name, names))
+        here = with_bootstrap(provides, bootstrap.for_cluster(installed, name, flux_clusters))
+        if cluster.applied and here.providers != provides.providers:
+            out.append(_bootstrap_finding(name, here, provides))
         out.extend(check_cluster(cluster.applied, here, cluster.flux_namespace, outside))
     return out
 
 
 def with_bootstrap(provides: ClusterProvides, releases: list[bootstrap.Release]) -> ClusterProvides:
-    """`provides` and what the cluster's bootstrap helmfile releases install before Flux runs: their namespaces
-    and the CRDs of their charts (those this plugin has data on)."""
+    """`provides` and what the cluster's bootstrap installs before Flux runs: the namespaces of its helmfile
+    releases and templates, and the CRDs of its charts (those this plugin has data on, as their inline values
+    switch them)."""
     namespaces, groups, who = set(provides.namespaces), set(provides.crds), dict(provides.providers)
     for release in releases:
         if release.creates_namespace and release.namespace and release.namespace not in namespaces:
             namespaces.add(release.namespace)
             who[("namespace", release.namespace)] = release.provider
-        for group in (chart_groups(release.chart) or ()) if release.chart else ():
+        for group in crds.chart_crds_with(release.chart, release.values) if release.chart else ():
             if group not in groups:
                 groups.add(group)
                 who[("crd", group)] = release.provider
     return replace(provides, namespaces=frozenset(namespaces), crds=frozenset(groups),
                    providers=tuple(sorted(who.items())))
+
+
+def _bootstrap_finding(cluster: str, here: ClusterProvides, provides: ClusterProvides) -> Finding:
+    before = dict(provides.providers)
+    added = [(what, who) for what, who in here.providers if what not in before]
+    files = sorted({who.split(" ")[2] for _, who in added})
+    groups = sorted(name for (kind, name), _ in added if kind == "crd")
+    spaces = sorted(name for (kind, name), _ in added if kind == "namespace")
+    parts = ([f"the CRDs of {', '.join(groups)}"] if groups else []) + \
+        ([f"namespaces {', '.join(spaces)}"] if spaces else [])
+    return BOOTSTRAP_INSTALLED.finding(f"counted as there before Flux runs, installed by the bootstrap "
+                                      f"({', '.join(files)}): {'; '.join(parts)}", path=cluster)

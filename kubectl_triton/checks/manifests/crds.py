@@ -143,6 +143,22 @@ def release_crds(release: dict, objects: list[dict]) -> ReleaseCRDs:
     return ReleaseCRDs(groups, True, chart.name, f"chart {chart.name}")
 
 
+def chart_crds_with(chart: str, values: dict[str, Any]) -> tuple[str, ...]:
+    """The CRD groups a chart installs with `values` (its own defaults where they do not say): none for a chart
+    without data here, or whose CRD switch (crds_values) is off by default and not turned on in `values`."""
+    entry = data()["charts"].get(chart)
+    if entry is None:
+        return ()
+    switch = _dict(entry.get("crds_values"))
+    if switch:
+        chosen = next((_value(values, key) for key in switch.get("keys") or [] if _value(values, key) is not None),
+                      None)
+        on = (_truthy(chosen) if chosen is not None else bool(switch.get("default"))) != bool(switch.get("inverted"))
+        if not on:
+            return ()
+    return tuple(entry["groups"])
+
+
 def platform_group(group: str) -> str | None:
     """Who serves `group` when the platform is configured so (Talos), or None."""
     entry = data().get("platform_groups", {}).get(group)

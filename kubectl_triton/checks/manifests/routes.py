@@ -56,18 +56,20 @@ def check(root: Path, targets: list[Any]) -> list[Finding]:
     flux = repo.flux_kustomizations(root, tolerant=True)  # malformed Flux files are reported by the gate
     namespaces = _target_namespaces(root, flux)
     seen: dict[tuple[Path, ...], tuple[dict, runtime.Creators]] = {}  # per set of deployed folders
+    applied = [{repo.resolved(root / ks.path) for ks in cluster.kustomizations}
+               for cluster in Repository.at(root, tolerant=True).clusters]
     for target in targets:
         for obj in target.objects:
             if obj.get("kind") == "HTTPRoute" and str(obj.get("apiVersion", "")).startswith(GATEWAY_GROUP):
-                out += _check_route(root, target, obj, targets, by_path, flux, namespaces, seen)
+                out += _check_route(root, target, obj, targets, by_path, flux, namespaces, seen, applied)
     return out
 
 
-def _deployed(root: Path, target: Any, targets: list[Any], by_path: dict, flux: list) -> tuple[list[Any], bool]:
+def _deployed(root: Path, target: Any, targets: list[Any], by_path: dict, flux: list,
+              applied: list[set[Path]]) -> tuple[list[Any], bool]:
     """Targets applied to the same clusters as `target` (every path the Flux Kustomizations of a cluster that
-    applies it apply, nested ones included; else those declared beside its own), and whether it is registered."""
-    applied = [{repo.resolved(root / ks.path) for ks in cluster.kustomizations}
-               for cluster in Repository.at(root, tolerant=True).clusters]
+    applies it apply, nested ones included: `applied`, per cluster; else those declared beside its own), and
+    whether it is registered."""
     mine = [paths for paths in applied if target.path in paths]
     if mine:
         return [by_path[p] for p in sorted(set().union(*mine)) if p in by_path], True
@@ -114,7 +116,8 @@ def _services(deployed: list[Any], namespaces: dict[Path, str | None]
 
 def _check_route(root: Path, target: Any, route: dict, targets: list[Any], by_path: dict,
                  flux: list, namespaces: dict[Path, str | None],
-                 seen: dict[tuple[Path, ...], tuple[dict, runtime.Creators]]) -> list[Finding]:
+                 seen: dict[tuple[Path, ...], tuple[dict, runtime.Creators]],
+                 applied: list[set[Path]]) -> list[Finding]:
     oid = object_id(route)
     ns = _namespace(route, namespaces.get(target.path))
 
@@ -122,7 +125,7 @@ def _check_route(root: Path, target: Any, route: dict, targets: list[Any], by_pa
         return CHECKS[code].finding(message, path=target.rel, object=oid, severity=severity)
 
     out = []
-    deployed, registered = _deployed(root, target, targets, by_path, flux)
+    deployed, registered = _deployed(root, target, targets, by_path, flux, applied)
     if not registered:
         out.append(finding(WARNING, "RouteNotRegistered", "no Flux Kustomization applies this route"))
     folders = tuple(sorted(t.path for t in deployed))

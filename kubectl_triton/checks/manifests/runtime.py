@@ -62,8 +62,9 @@ class Creators:
             return
         for entry in data().get("operator_kinds") or []:
             if entry.get("group") == group and entry.get("kind") == kind:
-                # a cluster-scoped resource (kustomize may still give it a namespace) creates in any namespace
-                ns = None if entry.get("cluster_scoped") else _ns(obj)
+                # a cluster-scoped resource creates its objects in the namespace its spec names
+                where = entry.get("creates_in")
+                ns = str(_dict(obj.get("spec")).get(where["field"]) or where["default"]) if where else _ns(obj)
                 self.operators[ns].append(f"{kind} {_name(obj)}")
                 for key, written in (("secrets", "Secret"), ("configmaps", "ConfigMap")):
                     for pattern in entry.get(key) or []:

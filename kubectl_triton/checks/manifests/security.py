@@ -94,7 +94,8 @@ _CRED_VALUE = [
     (re.compile(r"\bhf_[A-Za-z0-9]{30,}\b"), "a Hugging Face token"),
     (re.compile(r"\bnvapi-[A-Za-z0-9_-]{30,}\b"), "an NGC API key"),
     (re.compile(r"\bxox[abpr]-[A-Za-z0-9-]{10,}\b"), "a Slack token"),
-    (re.compile(r"\b[a-z][a-z0-9+.-]*://[^/\s:@]+:[^/\s@]+@"), "a URL with a password"),
+    (_URL_WITH_PASSWORD := re.compile(r"\b[a-z][a-z0-9+.-]*://[^/\s:@]+:[^/\s@]+@([^/\s:?#]*)"),
+     "a URL with a password"),
 ]
 # Values that are references or placeholders, not credentials: $(VAR) and ${VAR} (also $${VAR}, as postBuild
 # escapes it), $VAR (upper case, as environment variables are named), printf/Go/Python format directives (%s, %v,
@@ -397,21 +398,23 @@ def _strings(value: Any, path: str = "") -> Iterator[tuple[str, str]]:
         yield path, value
 
 
-_URL_WITH_PASSWORD = _CRED_VALUE[-1][0]
 _COMMENT_LINE = re.compile(r"^\s*(#|;|//)")
+_DOCUMENTED_HOST = re.compile(r"^(|localhost|127\.0\.0\.1|\[::1\]|(.+\.)?example(\.(com|org|net))?|.+\.invalid)$")
 
 
 def credential_pattern(text: str) -> str | None:
-    """What kind of credential `text` contains, if it contains a well-known one. A URL with a password on a comment
-    line of a configuration file is its documentation (`## Default: postgres://kemal:kemal@localhost`), not one;
-    tokens and keys count on any line."""
+    """What kind of credential `text` contains, if it contains a well-known one. A URL with a password to no host,
+    localhost or an example domain on a comment line of a configuration file documents a default
+    (`## Default: postgres://kemal:kemal@localhost:5432/invidious`); anywhere else it is one, as tokens and keys
+    are on any line."""
     for rx, what in _CRED_VALUE:
-        lines = [line for line in text.splitlines() if not _COMMENT_LINE.match(line)] \
-            if rx is _URL_WITH_PASSWORD and "\n" in text else [text]
-        for line in lines:
+        for line in text.splitlines() or [text]:
             m = rx.search(line)
-            if m and not _PLACEHOLDER.match(m.group(0).rsplit(":", 1)[-1].rstrip("@")):
-                return what
+            if not m or _PLACEHOLDER.match(m.group(0).split("@")[0].rsplit(":", 1)[-1]):
+                continue
+            if rx is _URL_WITH_PASSWORD and _COMMENT_LINE.match(line) and _DOCUMENTED_HOST.match(m.group(1)):
+                continue
+            return what
     return None
 
 
