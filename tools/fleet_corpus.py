@@ -24,7 +24,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from realworld_corpus import CorpusError, Project
+from realworld_corpus import CorpusError, Project, put_in_place
 
 HERE = Path(__file__).resolve().parent
 MANIFEST = HERE.parent / "tests" / "fixtures" / "flux-fleets-sources.json"
@@ -87,14 +87,7 @@ def build(rows: list[dict[str, Any]], git_root: Path, out: Path, max_size: int) 
             sources.append({"folder": folder(row["repo"]), **row, "files": written, "left_out": left_out})
             print(f"{row['repo']}: {written} files ({len(left_out)} left out)", file=sys.stderr)
         (stage / "SOURCES.json").write_text(json.dumps(sources, indent=1) + "\n", encoding="utf-8")
-        if out.exists():
-            old = out.with_name(f".{out.name}-old")
-            shutil.rmtree(old, ignore_errors=True)
-            os.replace(out, old)
-            os.replace(stage, out)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(stage, out)
+        put_in_place(stage, out)
     finally:
         shutil.rmtree(stage, ignore_errors=True)
     return sources

@@ -130,6 +130,18 @@ def sources_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def put_in_place(stage: Path, out: Path) -> None:
+    """Replace the folder `out` (if any) with `stage`, each step a rename."""
+    if out.exists():
+        old = out.with_name(f".{out.name}-old")
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(out, old)
+        os.replace(stage, out)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(stage, out)
+
+
 def build(rows: list[dict[str, Any]], git_root: Path, out: Path) -> tuple[int, int]:
     """Write the corpus to `out` (replaced whole); returns (repositories, models)."""
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -147,14 +159,7 @@ def build(rows: list[dict[str, Any]], git_root: Path, out: Path) -> tuple[int, i
             (stage / "LICENSES" / f"{name}.txt").write_text(text, encoding="utf-8")
         (stage / "sources.json").write_text(json.dumps(rows, indent=1) + "\n", encoding="utf-8")
         (stage / "SOURCES.md").write_text(sources_table(rows), encoding="utf-8")
-        if out.exists():
-            old = out.with_name(f".{out.name}-old")
-            shutil.rmtree(old, ignore_errors=True)
-            os.replace(out, old)
-            os.replace(stage, out)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(stage, out)
+        put_in_place(stage, out)
     finally:
         shutil.rmtree(stage, ignore_errors=True)
     return len(rows), models
