@@ -787,36 +787,37 @@ def check(root: Path, targets: list[Any], provides: ClusterProvides) -> list[Fin
     for cluster, name in zip(clusters, names, strict=True):
         outside = [*([cluster.root] if cluster.root is not None else []),
                    *(ks for other in clusters if other is not cluster for ks in other.applied)]
-        here = with_bootstrap(provides, bootstrap.for_cluster(installed, name, flux_clusters))
-        if cluster.applied and here.providers != provides.providers:
-            out.append(_bootstrap_finding(name, here, provides))
+        here, added = with_bootstrap(provides, bootstrap.for_cluster(installed, name, flux_clusters))
+        if cluster.applied and added:
+            out.append(_bootstrap_finding(name, added))
         out.extend(check_cluster(cluster.applied, here, cluster.flux_namespace, outside))
     return out
 
 
-def with_bootstrap(provides: ClusterProvides, releases: list[bootstrap.Release]) -> ClusterProvides:
+def with_bootstrap(provides: ClusterProvides, releases: list[bootstrap.Release]
+                   ) -> tuple[ClusterProvides, dict[tuple[str, str], bootstrap.Release]]:
     """`provides` and what the cluster's bootstrap installs before Flux runs: the namespaces of its helmfile
     releases and templates, and the CRDs of its charts (those this plugin has data on, as their inline values
-    switch them)."""
-    namespaces, groups, who = set(provides.namespaces), set(provides.crds), dict(provides.providers)
+    switch them); with what the bootstrap added, ("namespace" or "crd", name) -> the release that installs it."""
+    namespaces, groups = set(provides.namespaces), set(provides.crds)
+    added: dict[tuple[str, str], bootstrap.Release] = {}
     for release in releases:
         if release.creates_namespace and release.namespace and release.namespace not in namespaces:
             namespaces.add(release.namespace)
-            who[("namespace", release.namespace)] = release.provider
+            added[("namespace", release.namespace)] = release
         for group in crds.chart_crds_with(release.chart, release.values) if release.chart else ():
             if group not in groups:
                 groups.add(group)
-                who[("crd", group)] = release.provider
+                added[("crd", group)] = release
+    who = {**dict(provides.providers), **{what: release.provider for what, release in added.items()}}
     return replace(provides, namespaces=frozenset(namespaces), crds=frozenset(groups),
-                   providers=tuple(sorted(who.items())))
+                   providers=tuple(sorted(who.items()))), added
 
 
-def _bootstrap_finding(cluster: str, here: ClusterProvides, provides: ClusterProvides) -> Finding:
-    before = dict(provides.providers)
-    added = [(what, who) for what, who in here.providers if what not in before]
-    files = sorted({who.split(" ")[2] for _, who in added})
-    groups = sorted(name for (kind, name), _ in added if kind == "crd")
-    spaces = sorted(name for (kind, name), _ in added if kind == "namespace")
+def _bootstrap_finding(cluster: str, added: dict[tuple[str, str], bootstrap.Release]) -> Finding:
+    files = sorted({release.file for release in added.values()})
+    groups = sorted(name for kind, name in added if kind == "crd")
+    spaces = sorted(name for kind, name in added if kind == "namespace")
     parts = ([f"the CRDs of {', '.join(groups)}"] if groups else []) + \
         ([f"namespaces {', '.join(spaces)}"] if spaces else [])
     return BOOTSTRAP_INSTALLED.finding(f"counted as there before Flux runs, installed by the bootstrap "
