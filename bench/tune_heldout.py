@@ -105,7 +105,10 @@ SHAPES = ("amortized", "host", "explode", "hostfixed", "tail", "small")
 def specs() -> list[Spec]:
     """Set A: `dev` (the first draw of each shape) and `heldout` (the second, and mixed2). Set B, `heldout2` (the
     third draw of each shape, and mixed3), was drawn after the search had been changed in view of set A's
-    held-out figures, and never looked at before the final figures."""
+    held-out figures, and never looked at before the final figures. Set C, `heldout3` (the fourth draw), was drawn and
+swept before the search was changed in view of set B's figures, and scored only once that change was done (it
+was worse there, and changed again in view of all three sets); set D, `heldout4` (the fifth draw), was drawn and
+swept then, and scored only once that second change was done."""
     rng = random.Random(SEED)
     out = []
     for k, part in enumerate(("dev", "heldout")):
@@ -114,9 +117,10 @@ def specs() -> list[Spec]:
             out.append(Spec(f"{shape}{k + 1}", shape, part, doc, costs, mbs))
     doc, costs, mbs = _draw("mixed", rng)
     out.append(Spec("mixed2", "mixed", "heldout", doc, costs, mbs))
-    for shape in (*SHAPES, "mixed"):
-        doc, costs, mbs = _draw(shape, rng)
-        out.append(Spec(f"{shape}3", shape, "heldout2", doc, costs, mbs))
+    for k, part in ((3, "heldout2"), (4, "heldout3"), (5, "heldout4")):
+        for shape in (*SHAPES, "mixed"):
+            doc, costs, mbs = _draw(shape, rng)
+            out.append(Spec(f"{shape}{k}", shape, part, doc, costs, mbs))
     return out
 
 
@@ -210,7 +214,20 @@ class Truth:
 
     def __init__(self, doc: dict) -> None:
         self.doc = doc
-        self.windows = {_candidate(row["config"]): [_level(w) for w in row["windows"]] for row in doc["settings"]}
+        self.windows: dict[search.Candidate, list[LevelResult]] = {}
+        for row in doc["settings"]:  # a sweep before the space knew Triton's default preferred size has both
+            self.windows.setdefault(self.canonical(_candidate(row["config"])), []).extend(
+                _level(w) for w in row["windows"])
+
+    def canonical(self, c: search.Candidate) -> search.Candidate:
+        """The setting as Triton serves it: a preferred size equal to the max batch size is none. (Here, not
+        Space.canonical: this script also replays the search of commits whose space lacks it.)"""
+        db = c.dynamic_batching
+        mbs = c.max_batch_size or self.doc["max_batch_size"]
+        if db is None or tuple(db.get("preferred_batch_size") or ()) != (mbs,):
+            return c
+        return search.Candidate(c.instance_count, search.batching(db.get("max_queue_delay_microseconds") or 0),
+                                c.max_batch_size)
 
     def throughput(self, c: search.Candidate) -> float:
         return statistics.mean(r.throughput for r in self.windows[c])
@@ -228,6 +245,7 @@ class Truth:
     def score(self, chosen: search.Candidate | None, bound: float | None) -> float:
         """The chosen setting's true throughput over the true best's (0 when it breaks the bound or is none)."""
         _, top = self.best(bound)
+        chosen = None if chosen is None else self.canonical(chosen)
         if chosen is None or top == 0:
             return 0.0 if top else 1.0
         if bound is not None and self.p99(chosen) > bound:
@@ -238,16 +256,23 @@ class Truth:
         return search.Space.for_config({"max_batch_size": self.doc["max_batch_size"]})
 
 
-def replay(truth: Truth, bound: float | None, served: search.Candidate) -> search.Search:
+def replay(truth: Truth, bound: float | None, served: search.Candidate, seed: int | None = None) -> search.Search:
+    """The search on the recorded windows: each measurement of a setting returns its next window, in recorded order
+    (seed None) or in an order shuffled with `seed` (a live run draws any of them first)."""
     seen: dict[search.Candidate, int] = {}
+    order: dict[search.Candidate, list[LevelResult]] = {}
+    rng = random.Random(seed)
 
     def measure(c: search.Candidate) -> LevelResult:
+        c = truth.canonical(c)
         ws = truth.windows.get(c)
         if not ws:
             raise PerfError(f"{c.describe()} is not in the truth")
+        if c not in order:
+            order[c] = list(ws) if seed is None else rng.sample(ws, len(ws))
         i = seen.get(c, 0)
         seen[c] = i + 1
-        return ws[i % len(ws)]
+        return order[c][i % len(ws)]
 
     space = truth.space()
     budget = search.Budget(max_trials=max(5, round(0.15 * len(space))))
@@ -256,30 +281,35 @@ def replay(truth: Truth, bound: float | None, served: search.Candidate) -> searc
     return s
 
 
-def run_replay(part: str, root: Path) -> list[dict]:
+def run_replay(part: str, root: Path, seeds: int = 0) -> list[dict]:
+    """One row per model and objective: the recorded order's run, and with `seeds`, that many shuffled orders
+    besides (`score` is then their mean, `worst` the lowest; `chosen` is the recorded order's)."""
     rows = []
     for doc in load_truth(root, part):
         truth = Truth(doc)
         served = search.Candidate(1, None)
         for label, bound in [("throughput", None), *bounds(doc).items()]:
-            s = replay(truth, bound, served)
-            chosen = s.best()
+            runs = [replay(truth, bound, served, seed) for seed in [None, *range(seeds)]]
+            scores = [truth.score(s.best(), bound) for s in runs]
+            chosen = runs[0].best()
             _, top = truth.best(bound)
             rows.append({"model": doc["model"], "part": doc["part"], "objective": label, "bound_ms": bound,
-                         "measured": s.budget.used, "space": len(truth.windows),
-                         "score": round(truth.score(chosen, bound), 3), "exists": top > 0,
-                         "chosen": chosen.describe() if chosen else None,
+                         "measured": max(s.budget.used for s in runs), "space": len(truth.windows),
+                         "score": round(statistics.mean(scores), 3), "worst": round(min(scores), 3),
+                         "exists": top > 0, "chosen": chosen.describe() if chosen else None,
                          "best": truth.best(bound)[0].describe() if top else None})  # type: ignore[union-attr]
     return rows
 
 
 def report(rows: list[dict]) -> None:
-    print(f"{'model':12}{'part':>8}{'objective':>12}{'bound':>8}{'measured':>10}{'score':>7}  chosen / best")
+    print(f"{'model':12}{'part':>8}{'objective':>12}{'bound':>8}{'measured':>10}{'score':>7}{'worst':>7}  "
+          "chosen / best")
     for r in rows:
         b = "-" if r["bound_ms"] is None else f"{r['bound_ms']:g}"
         sc = f"{r['score']:.0%}" if r["exists"] else "none"
-        print(f"{r['model']:12}{r['part']:>8}{r['objective']:>12}{b:>8}{r['measured']:>5}/{r['space']:<4}{sc:>7}  "
-              f"{r['chosen']} / {r['best']}")
+        worst = f"{r['worst']:.0%}" if r.get("worst") is not None and r["exists"] else "-"
+        print(f"{r['model']:12}{r['part']:>8}{r['objective']:>12}{b:>8}{r['measured']:>5}/{r['space']:<4}{sc:>7}"
+              f"{worst:>7}  {r['chosen']} / {r['best']}")
     scores = [r["score"] for r in rows if r["exists"]]
     if scores:
         print(f"{len(scores)} runs: min {min(scores):.1%}, mean {statistics.mean(scores):.1%}, "
@@ -327,10 +357,11 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("what", choices=("sweep", "replay", "live", "list"))
     ap.add_argument("--models", default="")
-    ap.add_argument("--set", default="dev", choices=("dev", "heldout", "heldout2", "all"))
+    ap.add_argument("--set", default="dev", choices=("dev", "heldout", "heldout2", "heldout3", "heldout4", "all"))
     ap.add_argument("--duration", default="1.5s")
     ap.add_argument("--truth", type=Path, default=TRUTH)
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--seeds", type=int, default=0, help="replay: shuffled window orders besides the recorded one")
     args = ap.parse_args()
     names = [n for n in args.models.split(",") if n]
     if args.what == "list":
@@ -340,7 +371,7 @@ def main() -> None:
     if args.what == "sweep":
         sweep(names, float(args.duration.rstrip("s")), 0.4, args.truth)
         return
-    rows = run_replay(args.set, args.truth) if args.what == "replay" else \
+    rows = run_replay(args.set, args.truth, args.seeds) if args.what == "replay" else \
         live(args.truth, args.duration, names, args.set)
     report(rows)
     if args.json:

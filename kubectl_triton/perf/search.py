@@ -3,13 +3,14 @@ preferred batch sizes (and max_batch_size when allowed).
 
 The space is small and ordered along each axis, measurements are costly (a model reload and a load window
 each) and noisy. So the strategy is coordinate descent with early stopping, then a local search: from the
-served setting, one axis at a time (batching, preferred sizes, instances, delay, max batch size), step to the
+served setting, one axis at a time (batching, instances, preferred sizes, delay, max batch size), step to the
 next value while that is better by more than the noise, stop at the first step that is not; repeat passes while
 a pass moved. The first pass tries every preferred size that can cap a batch, and the longest delay first. A step
 that lies within noise of the incumbent but ahead of it is measured again, and taken if it stays ahead. What
 the budget has left goes to the unmeasured neighbours of the best setting, one axis and then two axes away (where
-axes interact: a delay pays only with a preferred size). A winner of a `--max-p99` bound is measured again
-before it is chosen. Everything stops at the budget (trials or time).
+axes interact: a delay pays only with a preferred size). The winner is measured again before it is chosen (one
+trial is kept for that). Everything stops at the budget (trials or time). A preferred size equal to the max batch
+size is no setting of its own: Triton gives a batcher without preferred sizes that one.
 
 `Space`, `Objective`, `Search` and `choose` are pure (a `measure` function is handed in: tests drive them
 with synthetic cost functions); `TuneRun` loads candidates into a target and always loads the original
@@ -145,8 +146,24 @@ class Space:
         return self.model_max_batch_size if mbs is None else mbs
 
     def prefs_for(self, mbs: int | None) -> tuple[tuple[int, ...], ...]:
-        """The preferred sizes that fit the max batch size (none fitting: no preference)."""
-        return tuple(p for p in self.preferred if all(x <= self.limit(mbs) for x in p)) or ((),)
+        """The preferred sizes that fit the max batch size (none fitting: no preference), each once: Triton
+        gives a dynamic batcher without preferred sizes the max batch size as its one preferred size
+        (model_config_utils.cc of triton-inference-server/core), so that size alone is no preference."""
+        out: list[tuple[int, ...]] = []
+        for p in self.preferred:
+            if all(x <= self.limit(mbs) for x in p):
+                p = () if p == (self.limit(mbs),) else p
+                if p not in out:
+                    out.append(p)
+        return tuple(out) or ((),)
+
+    def canonical(self, cand: Candidate) -> Candidate:
+        """The candidate as Triton serves it: a preferred size equal to the max batch size is no preference."""
+        db = cand.dynamic_batching
+        if db is None or tuple(db.get("preferred_batch_size") or ()) != (self.limit(cand.max_batch_size),):
+            return cand
+        return Candidate(cand.instance_count, batching(int(db.get("max_queue_delay_microseconds") or 0)),
+                         cand.max_batch_size)
 
     def all(self) -> list[Candidate]:
         """Every setting (what an exhaustive sweep measures), in axis order."""
@@ -162,9 +179,10 @@ class Space:
         return len(self.all())
 
     # -- axes: the ordered values of one coordinate, and a candidate with it changed --------------------
-    # the preferred size before the instance count: which cap pays depends on the per-execution cost, and the
-    # instance count that pays depends on the batches each instance then forms (bench/tune_heldout.py)
-    AXES = ("batching", "preferred", "instances", "delay", "max_batch_size")
+    # the instance count before the preferred size: where instances pay, a cap pays only once several instances
+    # share the queue (at one instance every cap may tie); neither order suits every model, this one scored higher
+    # on bench/tune_heldout.py's sets (docs/bench-tune.md, "The search")
+    AXES = ("batching", "instances", "preferred", "delay", "max_batch_size")
 
     def values(self, axis: str, cand: Candidate) -> list:
         if axis == "instances":
@@ -200,8 +218,8 @@ class Space:
         if axis == "max_batch_size":
             m = value  # preferred sizes the new max batch size cannot hold are dropped
             keep = [x for x in (db or {}).get("preferred_batch_size") or [] if x <= self.limit(m)]  # type: ignore
-            return Candidate(cand.instance_count, None if db is None else batching(
-                db.get("max_queue_delay_microseconds") or 0, keep), m)  # type: ignore[arg-type]
+            return self.canonical(Candidate(cand.instance_count, None if db is None else batching(
+                db.get("max_queue_delay_microseconds") or 0, keep), m))  # type: ignore[arg-type]
         if axis == "batching":
             if not value:
                 return Candidate(cand.instance_count, None, cand.max_batch_size)
@@ -347,7 +365,7 @@ class Search:
         return fig
 
     def _reserve(self) -> int:
-        return 1 if self.objective.max_p99_ms is not None else 0  # keep one trial to confirm a near-bound winner
+        return 1  # keep one trial to measure the winner again
 
     def get(self, cand: Candidate, why: str) -> Figures | None:
         """The candidate's figures, measuring it first if it never was; None when the budget is spent."""
@@ -407,14 +425,14 @@ class Search:
         return cur, False
 
     def _pointless(self, axis: str, cur: Candidate, value: object) -> bool:
-        """A preferred batch size at or above the batches the incumbent already forms caps nothing (it can
-        only make the batcher wait for more): skipped, going by Triton's own count of inferences per
-        execution."""
+        """A preferred batch size at or above twice the batches the incumbent forms on average caps next to
+        nothing (it can only make the batcher wait for more): skipped, going by Triton's own count of inferences
+        per execution. A cap just above the mean still trims the larger batches of a mix."""
         if axis != "preferred" or not value:
             return False
         results = self.figures[cur].results
         formed = results[-1].batch if results else None
-        return formed is not None and max(value) >= math.ceil(formed)  # type: ignore[call-overload]
+        return formed is not None and max(value) >= 2 * formed  # type: ignore[call-overload]
 
     def run(self, start: Candidate) -> list[Trial]:
         """Measure `start` (the served setting) and descend from it until a pass moves nothing or the budget
@@ -513,12 +531,9 @@ class Search:
             self._run(todo[0], "neighbour of the best")
 
     def confirm(self) -> None:
-        """Measure the winner of a latency objective again (one window's p99 may have been lucky: a tail that
-        stalls now and then shows in some windows only); repeat with the next winner if it no longer meets the
-        bound, as long as the budget lasts."""
-        bound = self.objective.max_p99_ms
-        if bound is None:
-            return
+        """Measure the winner again (one window may have been lucky: a tail that stalls now and then shows in
+        some windows only); repeat with the next winner if it no longer leads or meets the bound, as long as the
+        budget lasts."""
         checked: set[Candidate] = set()
         while self.budget.allows():
             best = self.best()
@@ -528,7 +543,7 @@ class Search:
             if len(fig.results) > 1:
                 return
             checked.add(best)
-            self._run(best, "p99 bound: measured again")
+            self._run(best, "winner: measured again")
 
     def best(self) -> Candidate | None:
         return choose(self.figures, self.objective, required=False)
@@ -703,6 +718,7 @@ def tune(target: Target, requests: list[list[Tensor]], concurrency: int, duratio
                 raise
 
         search = Search(space, objective, measure, budget, on_trial)
+        run.baseline = run.loaded = space.canonical(run.baseline)  # what Triton serves: not reloaded as new
         try:
             if exhaustive:
                 search._run(run.baseline, "served setting", baseline=True)

@@ -37,7 +37,7 @@ def _row(i: int, trial, best, bound: float | None) -> list[str]:
     c, r = trial.candidate, trial.result
     db = c.dynamic_batching
     notes = ["baseline"] if trial.baseline else []
-    if trial.why.startswith(("within noise", "near the")):
+    if trial.why.endswith("measured again"):
         notes.append("again")
     if r is not None and bound is not None and r.p99_ms > bound:
         notes.append("p99 over bound")
