@@ -654,11 +654,12 @@ class TuneRun:
     measurement is then their merge (mean throughput, worst p99)."""
 
     def __init__(self, target: Target, requests: list[list[Tensor]], concurrency: int, duration_s: float,
-                 warmup_s: float, original: dict, guard: Guard, stability: float = 0.0) -> None:
+                 warmup_s: float, original: dict, guard: Guard, stability: float = 0.0,
+                 baseline: Candidate | None = None) -> None:
         self.target, self.requests, self.concurrency = target, requests, concurrency
         self.duration_s, self.warmup_s, self.original, self.guard = duration_s, warmup_s, original, guard
         self.stability = stability
-        self.baseline = current(original)
+        self.baseline = baseline if baseline is not None else current(original)  # what the original serves
         self.loaded: Candidate | None = self.baseline
         self.changed = False
 
@@ -707,7 +708,8 @@ def tune(target: Target, requests: list[list[Tensor]], concurrency: int, duratio
     during a reload or the restore takes effect once it is done)."""
     with guard() as g:
         original = original if original is not None else target.config()
-        run = TuneRun(target, requests, concurrency, duration_s, warmup_s, original, g, stability)
+        run = TuneRun(target, requests, concurrency, duration_s, warmup_s, original, g, stability,
+                      baseline=space.canonical(current(original)))  # as Triton serves it: no reload to the same
 
         def measure(cand: Candidate) -> LevelResult:
             try:
@@ -718,7 +720,6 @@ def tune(target: Target, requests: list[list[Tensor]], concurrency: int, duratio
                 raise
 
         search = Search(space, objective, measure, budget, on_trial)
-        run.baseline = run.loaded = space.canonical(run.baseline)  # what Triton serves: not reloaded as new
         try:
             if exhaustive:
                 search._run(run.baseline, "served setting", baseline=True)

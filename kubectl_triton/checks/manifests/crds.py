@@ -113,6 +113,15 @@ class ReleaseCRDs:
     why: str
 
 
+def _crds_switch(switch: dict[str, Any], values: dict[str, Any]) -> tuple[tuple[str, Any] | None, bool]:
+    """A chart's CRD switch (its crds_values entry) under `values`: the (key, value) that decides it, None where
+    `values` leave it at the chart's default, and whether the chart installs its CRDs."""
+    chosen = next(((key, _value(values, key)) for key in switch.get("keys") or []
+                   if _value(values, key) is not None), None)
+    inverted = bool(switch.get("inverted"))  # the value skips the CRDs (cilium's operator.skipCRDCreation)
+    return chosen, (_truthy(chosen[1]) if chosen is not None else bool(switch.get("default"))) != inverted
+
+
 def release_crds(release: dict, objects: list[dict]) -> ReleaseCRDs:
     """The CRD groups `release` installs (`objects`: the cluster's, for its chartRef source)."""
     spec = _dict(release.get("spec"))
@@ -128,11 +137,7 @@ def release_crds(release: dict, objects: list[dict]) -> ReleaseCRDs:
     groups = tuple(entry["groups"])
     switch = _dict(entry.get("crds_values"))
     if groups and switch:
-        values = _dict(spec.get("values"))
-        chosen = next(((key, _value(values, key)) for key in switch.get("keys") or []
-                       if _value(values, key) is not None), None)
-        inverted = bool(switch.get("inverted"))  # the value skips the CRDs (cilium's operator.skipCRDCreation)
-        on = (_truthy(chosen[1]) if chosen is not None else bool(switch.get("default"))) != inverted
+        chosen, on = _crds_switch(switch, _dict(spec.get("values")))
         if chosen is None and not on and spec.get("valuesFrom"):
             return ReleaseCRDs((), False, chart.name, f"chart {chart.name}: whether it installs its CRDs comes "
                                f"from valuesFrom ({', '.join(switch.get('keys') or [])})")
@@ -150,13 +155,7 @@ def chart_crds_with(chart: str, values: dict[str, Any]) -> tuple[str, ...]:
     if entry is None:
         return ()
     switch = _dict(entry.get("crds_values"))
-    if switch:
-        chosen = next((_value(values, key) for key in switch.get("keys") or [] if _value(values, key) is not None),
-                      None)
-        on = (_truthy(chosen) if chosen is not None else bool(switch.get("default"))) != bool(switch.get("inverted"))
-        if not on:
-            return ()
-    return tuple(entry["groups"])
+    return tuple(entry["groups"]) if not switch or _crds_switch(switch, values)[1] else ()
 
 
 def platform_group(group: str) -> str | None:
