@@ -133,10 +133,15 @@ def _kubeconfig(case: Path, work: Path):
             ("kubeconfig", "127.0.0.1:1", "context"), {2})
 
 
+def _hf_config(case: Path, work: Path):
+    shutil.copy(case, work / "config.json")
+    return ["plan", "--hf-config", str(work / "config.json")], ("config.json",), {2}
+
+
 SETUPS: dict[str, Setup] = {
     "pbtxt": _pbtxt, "kustomization": _kustomization, "manifest": _manifest, "flux": _flux,
     "model_yaml": _model_yaml, "engine_config": _engine_config, "build_info": _build_info,
-    "build_log": _build_log, "kubeconfig": _kubeconfig,
+    "build_log": _build_log, "kubeconfig": _kubeconfig, "hf_config": _hf_config,
 }
 
 

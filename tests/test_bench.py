@@ -4,14 +4,20 @@ concurrency, `fixedcost` (no batching, one instance) must stay near 50 infer/s w
 
 from __future__ import annotations
 
+import base64
+import contextlib
 import json
+import socket
+import struct
+import threading
 from pathlib import Path
 
 import pytest
 
 from kubectl_triton.adapters.tritonserver import TritonServer
+from kubectl_triton.errors import InputError
 from kubectl_triton.perf import inputs, loadgen
-from kubectl_triton.perf.target import Split, split, totals
+from kubectl_triton.perf.target import HttpTarget, Split, split, totals
 
 CONFIG = """# a model whose execute costs 20 ms whatever the batch size
 name: "{name}"
@@ -143,6 +149,49 @@ def test_inputs_from_config():
     text = req[0][1].data
     n = int.from_bytes(text[:4], "little")
     assert text[4:4 + n].decode() in inputs.CORPUS
+
+
+def test_input_file_with_perf_analyzers_b64(tmp_path):
+    specs = inputs.input_specs({"name": "m", "max_batch_size": 0, "input": [
+        {"name": "x", "data_type": "TYPE_FP32", "dims": [2]}, {"name": "s", "data_type": "TYPE_STRING", "dims": [1]}]})
+    x = struct.pack("<2f", 1.5, -2.0)
+    s = (3).to_bytes(4, "little") + b"abc"
+    data = tmp_path / "in.json"
+    data.write_text(json.dumps({"data": [{"x": {"b64": base64.b64encode(x).decode()},
+                                          "s": {"b64": base64.b64encode(s).decode()}}]}))
+    (req,) = inputs.from_file(data, specs)
+    assert [(t.name, t.shape, t.data) for t in req] == [("x", (2,), x), ("s", (1,), s)]  # the bytes as given
+    for bad, words in ((x[:4], "b64 holds 4 bytes, shape [2] of FP32 needs 8"), (b"\x00", None)):
+        data.write_text(json.dumps({"data": [{"x": {"b64": base64.b64encode(bad).decode()}, "s": ["a"]}]}))
+        with pytest.raises(InputError) as err:
+            inputs.from_file(data, specs)
+        assert err.value.message.startswith(f"{data}: entry 0: input 'x': ") and (words or "b64") in err.value.message
+    data.write_text(json.dumps({"data": [{"x": {"content": [1, 2], "shape": "x"}, "s": ["a"]}]}))
+    with pytest.raises(InputError, match="entry 0: input 'x'"):
+        inputs.from_file(data, specs)
+
+
+def test_an_endpoint_that_is_not_tritons_http_is_one_line():
+    """The gRPC port answers HTTP/1.1 with an HTTP/2 frame: http.client fails to parse it."""
+    srv = socket.create_server(("127.0.0.1", 0))
+
+    def answer() -> None:
+        with contextlib.suppress(OSError):
+            conn, _ = srv.accept()
+            with conn:
+                conn.recv(4096)
+                conn.sendall(bytes.fromhex("000006040000000000000500004000"))
+    t = threading.Thread(target=answer, daemon=True)
+    t.start()
+    try:
+        with pytest.raises(InputError) as err:
+            HttpTarget(f"http://127.0.0.1:{srv.getsockname()[1]}", "m").config()
+        assert "does not answer as Triton's HTTP endpoint" in err.value.message and "--protocol grpc" in err.value.hint
+    finally:
+        srv.close()
+        t.join(5)
+    with pytest.raises(InputError, match="the port must be a number from 1 to 65535"):
+        HttpTarget("http://127.0.0.1:99999", "m")
 
 
 def test_percentiles_and_split():

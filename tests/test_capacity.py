@@ -170,6 +170,9 @@ def test_a_model_too_big_for_the_gpu_and_one_that_holds_no_full_sequence():
     (json.dumps({"model_type": "llama"}), "none of num_hidden_layers, n_layer, num_layers is set"),
     (json.dumps({**FAMILIES[0][1], "num_key_value_heads": 5}), "num_key_value_heads 5 must divide"),
     (json.dumps({**FAMILIES[0][1], "hidden_size": "4096"}), "hidden_size must be a positive integer"),
+    (json.dumps({**FAMILIES[0][1], "rope_scaling": {"type": "linear", "factor": float("inf")}}),
+     "rope_scaling.factor must be a number above 0"),
+    (json.dumps({**FAMILIES[0][1], "num_hidden_layers": 10**9}), "is not a real model's"),
 ])
 def test_config_json_errors_name_the_file(tmp_path, text, message):
     path = tmp_path / "config.json"
@@ -190,6 +193,7 @@ def test_config_json_errors_name_the_file(tmp_path, text, message):
       "config_groups": {"group_0": {"weights": {"num_bits": 4, "type": "int"}}}}, "int4"),
     ({"quant_method": "bitsandbytes", "load_in_4bit": True}, "int4"),
     ({"quant_method": "something-new"}, None),
+    ({"quant_method": "compressed-tensors", "config_groups": [1, 2]}, None),  # not a mapping: no precision from it
 ])
 def test_a_checkpoints_own_quantization_sizes_its_weights(quantization_config, weights):
     """vLLM reads quantization_config from config.json when model.json names no quantization: so does the plan."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -50,6 +51,8 @@ def served(server) -> dict:
 
 def test_search_finds_3x_within_budget_and_writes_it(run_cli, triton, gitops):
     before = served(triton)
+    mode = 0o640
+    (gitops / "models" / "fixed" / "fixedcost" / "config.pbtxt").chmod(mode)
     res = run_cli("tune", "fixedcost", "--url", triton.http_url, *QUICK, "--max-instances", "2",
                   "--max-trials", "5", "--write", "--repo", str(gitops), "-o", "json")
     assert res.exit_code == 0, res.stderr
@@ -75,6 +78,7 @@ def test_search_finds_3x_within_budget_and_writes_it(run_cli, triton, gitops):
         msg.ClearField("instance_group")
     assert new == old  # nothing else changed
     assert not list(path.parent.glob(".config.pbtxt.*"))  # atomic write left no temp file
+    assert stat.S_IMODE(path.stat().st_mode) == mode  # the rewritten file keeps its permissions
 
 
 def test_text_table_and_exhaustive_grid(run_cli, triton, gitops):
@@ -139,10 +143,18 @@ def test_latency_objective_and_refused_candidates(run_cli, triton, gitops):
     (("--objective", "throughput", "--max-p99", "50ms"), "--max-p99 is the bound of --objective latency"),
     (("--budget", "soon"), "'soon' is not a duration"),
     (("--max-trials", "0"), "0 is not in the range"),
+    (("--stability", "nan"), "Invalid value for '--stability': 'nan' is not a finite number"),
+    (("--preferred-batch-sizes", "0"), "Invalid value for '--preferred-batch-sizes': values must be between 1"),
 ])
 def test_usage_errors(run_cli, args, message):
     res = run_cli("tune", "m", "--url", "http://127.0.0.1:9", *args)
     assert res.exit_code == 2 and message in res.stderr and "Traceback" not in res.stderr
+
+
+def test_write_target_is_checked_before_anything_is_measured(run_cli, tmp_path):
+    (tmp_path / "models").mkdir()
+    res = run_cli("tune", "m", "--url", "http://127.0.0.1:9", "--write", "--repo", str(tmp_path))
+    assert res.exit_code == 2 and "no models/*/m/config.pbtxt to write" in res.stderr, res.stderr  # not "cannot reach"
 
 
 # -- interrupts: exit 130, one line, the original configuration served again, wherever the Ctrl-C lands -------

@@ -96,6 +96,12 @@ def test_requests_for_vllm_and_refusals(shared_dir):
     assert t["text_input"].shape == (1,) and decode(t["exclude_input_in_output"]) == [True]
     knobs = llmtune.knobs_for(cfg, {"max_num_seqs": ["16", "32"]}, None)
     assert [(k.name, k.where, k.values[:2]) for k in knobs][0] == ("max_num_seqs", "model_json", ("16", "32"))
+    python = {"backend": "python", "name": "m"}
+    knobs = llmtune.knobs_for(python, {"instance_count": ["1", "2"], "temperature": ["0", "1"]}, None)
+    # a --param naming a knob the backend has keeps it where it lives: still instance groups, not a parameter
+    assert {(k.name, k.where, k.values) for k in knobs} == {("instance_count", "instances", ("1", "2")),
+                                                           ("temperature", "parameter", ("0", "1"))}
+    knobs = llmtune.knobs_for(cfg, {"max_num_seqs": ["16", "32"]}, None)
     config, files = llmtune.apply(cfg, knobs, ("32", "0.8", "true"), {"model": "facebook/opt-125m"})
     assert json.loads(files["file:1/model.json"]) == {"model": "facebook/opt-125m", "max_num_seqs": 32,
                                                       "gpu_memory_utilization": 0.8, "enable_chunked_prefill": True}

@@ -5,6 +5,7 @@ sub-command (on the group, as kubectl accepts global flags) and after it; the su
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -101,6 +102,16 @@ class Duration(click.ParamType):
 
 DURATION = Duration()
 GRACE = Duration(allow_zero=True)  # a grace period may be zero
+
+
+class FiniteRange(click.FloatRange):
+    """A FloatRange that refuses nan and inf (float() accepts them, and a comparison with nan is always false)."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return number
 
 
 class IntList(click.ParamType):

@@ -9,6 +9,7 @@ is one `InputError` line naming the file; `architecture` is the pure part (a dic
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,9 @@ from typing import Any
 from kubectl_triton.errors import InputError
 
 # Families whose MLP is two matrices (up, down) rather than the gated three (gate, up, down).
+# sanity bounds: a config.json beyond them is a typo, not a model (the largest public ones: 126 layers, factor 40)
+MAX_LAYERS = 10_000
+MAX_ROPE_FACTOR = 1024.0
 _UNGATED = frozenset({"gpt2", "gpt_bigcode", "falcon", "gpt_neox", "gptj", "opt", "bloom", "starcoder2", "phi"})
 # HF's default of tie_word_embeddings where the config omits it: PretrainedConfig says True, these families False.
 _UNTIED_BY_DEFAULT = frozenset({"llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "phi3",
@@ -179,6 +183,8 @@ def architecture(doc: Any, source: str = "config.json") -> Architecture:
     model_type = str(doc.get("model_type") or outer_type or "unknown")
     base_type = model_type.removesuffix("_text")
     layers = _req(doc, source, "num_hidden_layers", "n_layer", "num_layers")
+    if layers > MAX_LAYERS:
+        raise InputError(f"{source}: num_hidden_layers {layers} is not a real model's (at most {MAX_LAYERS:,})")
     hidden = _req(doc, source, "hidden_size", "n_embd", "d_model")
     heads = _req(doc, source, "num_attention_heads", "n_head", "num_heads")
     if base_type == "falcon" and "num_kv_heads" not in doc:
@@ -212,7 +218,7 @@ def architecture(doc: Any, source: str = "config.json") -> Architecture:
     return Architecture(
         model_type=model_type, num_layers=layers, hidden_size=hidden, num_attention_heads=heads,
         num_kv_heads=kv_heads, head_dim=head_dim, vocab_size=vocab, intermediate_size=intermediate,
-        max_position_embeddings=max_pos, max_context=_max_context(doc, max_pos),
+        max_position_embeddings=max_pos, max_context=_max_context(doc, max_pos, source),
         quantization=_checkpoint_quantization(outer.get("quantization_config") or doc.get("quantization_config")),
         moe_layer_step=_opt(doc, source, "interleave_moe_layer_step") or 1 if experts else 1,
         dense_intermediate_size=_opt(doc, source, "intermediate_size_mlp") if experts else 0,
@@ -245,7 +251,8 @@ def _checkpoint_quantization(config: Any) -> str | None:
     if method == "bitsandbytes":
         return "int4" if config.get("load_in_4bit") else "int8" if config.get("load_in_8bit") else None
     if method == "compressed-tensors":
-        for group in (config.get("config_groups") or {}).values():
+        groups = config.get("config_groups")
+        for group in (groups.values() if isinstance(groups, dict) else ()):
             weights = group.get("weights") if isinstance(group, dict) else None
             if isinstance(weights, dict):
                 if weights.get("type") == "float" and weights.get("num_bits") == 8:
@@ -255,7 +262,7 @@ def _checkpoint_quantization(config: Any) -> str | None:
     return None
 
 
-def _max_context(doc: dict[str, Any], max_pos: int | None) -> int | None:
+def _max_context(doc: dict[str, Any], max_pos: int | None, source: str) -> int | None:
     """The longest sequence vLLM derives from the config (its _get_and_verify_max_len): max_position_embeddings,
     times rope_scaling.factor for the scaling types that stretch it (yarn from original_max_position_embeddings);
     llama3, su and longrope configs already state their length."""
@@ -266,5 +273,8 @@ def _max_context(doc: dict[str, Any], max_pos: int | None) -> int | None:
     factor = scaling.get("factor")
     if kind in ("su", "longrope", "llama3", "mrope", "default", "") or not isinstance(factor, (int, float)):
         return max_pos
+    if isinstance(factor, bool) or not math.isfinite(factor) or not 0 < factor <= MAX_ROPE_FACTOR:
+        raise InputError(f"{source}: rope_scaling.factor must be a number above 0 (at most {MAX_ROPE_FACTOR:g}), "
+                         f"got {factor!r}")
     base = scaling.get("original_max_position_embeddings") if kind == "yarn" else None
     return int((base if isinstance(base, int) else max_pos) * factor)

@@ -4,7 +4,10 @@ The config is Triton's JSON form (GET /v2/models/M/config); int64 fields may be 
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -130,17 +133,43 @@ def from_file(path: Path, specs: list[dict]) -> list[list[Tensor]]:
                 raise InputError(f"{path}: entry {i}: input {s['name']!r} is missing")
             value = entry[s["name"]]
             shape = s["shape"]
-            if isinstance(value, dict):
-                shape = tuple(int(d) for d in value.get("shape") or shape)
-                value = value.get("content", value.get("b64"))
+            where = f"{path}: entry {i}: input {s['name']!r}"
             dtype = object if s["datatype"] == "BYTES" else s["np"]
             try:
+                if isinstance(value, dict):
+                    shape = tuple(int(d) for d in value.get("shape") or shape)
+                    if "content" not in value and "b64" in value:
+                        raw = _b64(value["b64"], s["datatype"], shape, np.dtype(dtype).itemsize, where)
+                        tensors.append(Tensor(s["name"], s["datatype"], tuple(shape), raw))
+                        continue
+                    value = value.get("content")
                 arr = np.array(value, dtype=dtype).reshape(shape)
             except (ValueError, TypeError) as err:
-                raise InputError(f"{path}: entry {i}: input {s['name']!r}: {err}") from None
+                raise InputError(f"{where}: {err}") from None
             tensors.append(Tensor(s["name"], s["datatype"], tuple(shape), encode(arr, s["datatype"])))
         out.append(tensors)
     return out
+
+
+def _b64(text: Any, datatype: str, shape: tuple[int, ...], itemsize: int, where: str) -> bytes:
+    """perf_analyzer's `{"b64": ...}`: the tensor's binary form (Triton's wire encoding), base64-encoded; its
+    size must match the shape."""
+    try:
+        raw = base64.b64decode(str(text), validate=True)
+    except binascii.Error as err:
+        raise InputError(f"{where}: b64 is not base64: {err}") from None
+    count = math.prod(shape)
+    if datatype == "BYTES":  # 4-byte little-endian length, then the bytes, per element
+        seen, at = 0, 0
+        while at + 4 <= len(raw):
+            at += 4 + int.from_bytes(raw[at:at + 4], "little")
+            seen += 1
+        if at != len(raw) or seen != count:
+            raise InputError(f"{where}: b64 holds no {count} length-prefixed BYTES elements for shape {list(shape)}")
+    elif len(raw) != count * (2 if datatype == "BF16" else itemsize):
+        raise InputError(f"{where}: b64 holds {len(raw)} bytes, shape {list(shape)} of {datatype} needs "
+                         f"{count * (2 if datatype == 'BF16' else itemsize)}")
+    return raw
 
 
 def for_target(target: Any, input_data: str | None) -> list[list[Tensor]]:

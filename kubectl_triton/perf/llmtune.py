@@ -49,7 +49,8 @@ def backend_of(config: dict) -> str:
 
 def knobs_for(config: dict, params: dict[str, list[str]], instances: list[int] | None) -> list[Knob]:
     """The knobs to search for a served model: its backend's defaults, `params` replacing or adding knobs (a
-    config parameter; a model.json key for vllm) and `instances` the instance counts."""
+    new one is a config parameter, a model.json key for vllm; a replaced one keeps where it lives) and `instances`
+    the instance counts."""
     backend = backend_of(config)
     if backend == "ensemble":
         raise InputError(f"model {config.get('name', '?')!r} is an ensemble: its engine's knobs live in one of its "
@@ -59,7 +60,7 @@ def knobs_for(config: dict, params: dict[str, list[str]], instances: list[int] |
     where = "model_json" if backend == "vllm" else "parameter"
     for name, values in params.items():
         old = next((k for k in knobs if k.name == name), None)
-        new = Knob(name, where, tuple(values), old.default if old else None)
+        new = Knob(name, old.where if old else where, tuple(values), old.default if old else None)
         knobs = [new if k.name == name else k for k in knobs] if old else [*knobs, new]
     if instances:
         knobs = [k for k in knobs if k.where != "instances"] + [

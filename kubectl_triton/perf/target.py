@@ -98,8 +98,12 @@ class HttpTarget:
         parts = urlsplit(url)
         if parts.scheme != "http" or not parts.hostname:
             raise InputError(f"--url {url}: expected http://HOST:PORT (https is not supported)")
+        try:
+            port = parts.port or 80
+        except ValueError:  # urlsplit checks the port only when asked for it
+            raise InputError(f"--url {url}: the port must be a number from 1 to 65535") from None
         self.url = url.rstrip("/")
-        self.host, self.port = parts.hostname, parts.port or 80
+        self.host, self.port = parts.hostname, port
         self.model = model
         self.timeout = timeout
         self._mpath = f"/v2/models/{quote(model, safe='')}"
@@ -114,6 +118,9 @@ class HttpTarget:
         except OSError as err:
             raise InputError(f"cannot reach Triton at {self.url}: {err.strerror or err}",
                              hint="is the server up? pass --url or -n NAMESPACE") from None
+        except http.client.HTTPException as err:  # e.g. the gRPC port answering HTTP/2
+            raise InputError(f"{self.url} does not answer as Triton's HTTP endpoint ({type(err).__name__})",
+                             hint="the gRPC port? pass --protocol grpc, or the HTTP port (8000)") from None
         finally:
             conn.close()
         try:
@@ -131,6 +138,9 @@ class HttpTarget:
         if status != 200:
             raise InputError(f"model {self.model!r} at {self.url}: {self._error(doc)}",
                              hint="is the model loaded and READY?")
+        if not isinstance(doc, dict):
+            raise InputError(f"model {self.model!r} at {self.url}: the config reply is not a JSON object "
+                             "(not Triton's HTTP endpoint?)")
         return doc
 
     def stats(self) -> dict | None:

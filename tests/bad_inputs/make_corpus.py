@@ -348,7 +348,7 @@ ARGS: dict[str, str] = {
     "compat-repo-missing": "compat {tmp}/nowhere",
     "validate-bad-k8s-version": "validate {repo} --kubernetes-version 0.0",
     "validate-missing-repo": "validate {tmp}/nowhere",
-    "validate-bad-output": "-o yaml validate {repo}",
+    "validate-bad-output": "-o wide validate {repo}",
     "render-missing-overlay": "render {tmp}/nowhere",
     "check-models-missing": "check-models {tmp}/nowhere",
     "check-models-empty": "check-models {tmp}",
@@ -358,6 +358,28 @@ ARGS: dict[str, str] = {
     "unknown-command": "frobnicate",
     "unknown-output": "-o xml version",
     "unknown-option": "validate --frobnicate",
+    "bench-url-port-out-of-range": "bench m --url http://127.0.0.1:99999",
+    "bench-url-port-not-a-number": "bench m --url http://127.0.0.1:abc",
+    "tune-stability-nan": "tune m --url http://127.0.0.1:9 --stability nan",
+    "plan-memory-fraction-inf": "plan --hf-config {tmp}/none.json --memory-fraction inf",
+}
+
+
+HF_BASE = {"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "vocab_size": 100,
+           "intermediate_size": 128, "max_position_embeddings": 512}
+
+
+def _hf(**extra: object) -> str:
+    return json.dumps({**HF_BASE, **extra}) + "\n"  # json.dumps writes Infinity and NaN, as Python's json reads
+
+
+HF_CONFIG: dict[str, str | bytes] = {
+    "rope-factor-infinity": _hf(rope_scaling={"type": "linear", "factor": float("inf")}),
+    "rope-factor-nan": _hf(rope_scaling={"type": "dynamic", "factor": float("nan")}),
+    "rope-factor-negative": _hf(rope_scaling={"type": "yarn", "factor": -4}),
+    "layers-absurd": _hf(num_hidden_layers=1_000_000_000),
+    "truncated": '{"num_hidden_layers": 2, "hidden_size": 64\n',
+    "not-an-object": "[1, 2]\n",
 }
 
 
@@ -379,6 +401,7 @@ def main() -> None:
         write("manifest", MANIFEST, ".yaml"), write("flux", FLUX, ".yaml"), write("model_yaml", MODEL_YAML, ".yaml"),
         write("engine_config", ENGINE_CONFIG, ".json"), write("build_info", BUILD_INFO, ".json"),
         write("build_log", BUILD_LOG, ".log"), write("kubeconfig", KUBECONFIG, ".yaml"),
+        write("hf_config", HF_CONFIG, ".json"),
         write("args", {k: v + "\n" for k, v in ARGS.items()}, ".args"),
     ])
     print(f"{total} bad inputs written under {HERE}")

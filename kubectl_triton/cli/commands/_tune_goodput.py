@@ -49,6 +49,13 @@ def _model_folder(model: str, repo_root: str | None, repo_model: str | None) -> 
     return owners[0].config_file(model).parent
 
 
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise InputError(f"{path}: cannot read: {getattr(err, 'strerror', None) or err}") from None
+
+
 def read_model_json(folder: Path) -> tuple[Path, dict]:
     path = folder / "1" / "model.json"
     try:
@@ -88,7 +95,7 @@ def write_setting(folder: Path, knobs, values: tuple[str, ...], lines: list[str]
     from kubectl_triton.perf import configedit, llmtune
 
     path = folder / "config.pbtxt"
-    text = path.read_text(encoding="utf-8")
+    text = _read(path)
     new = "".join(line for line in text.splitlines(keepends=True) if not line.startswith(EVIDENCE))
     for k, v in zip(knobs, values, strict=True):
         if k.where == "parameter":
@@ -109,7 +116,7 @@ def write_setting(folder: Path, knobs, values: tuple[str, ...], lines: list[str]
             if k.where == "model_json":
                 updated[k.name] = llmtune._json_value(v)
         if updated != doc:
-            raw = mpath.read_text(encoding="utf-8")
+            raw = _read(mpath)
             indent = 4 if '\n    "' in raw else 2
             pbtxt.write_atomic(mpath, json.dumps(updated, indent=indent, ensure_ascii=False) + "\n")
             written.append(str(mpath))
@@ -138,6 +145,9 @@ def run(*, model: str, url: str | None, cluster, pod: str | None, protocol: str,
                                "--max-itl 50ms)")
     slo = streaming.Slo(None if max_ttft is None else max_ttft * 1e3, None if max_itl is None else max_itl * 1e3)
     wanted = parse_params(params)
+    folder = _model_folder(model, repo_root, repo_model) if write else None  # a wrong --repo fails before the search
+    if folder is not None:
+        _read(folder / "config.pbtxt")
     progress = sys.stderr.isatty()
     with open_target(model, protocol, url, kubeconfig=cluster.kubeconfig, context=cluster.context,
                      namespace=cluster.namespace, pod=pod) as where:
@@ -146,7 +156,7 @@ def run(*, model: str, url: str | None, cluster, pod: str | None, protocol: str,
         knobs = llmtune.knobs_for(original, wanted, instances)
         model_json = None
         if any(k.where == "model_json" for k in knobs):
-            model_json = read_model_json(_model_folder(model, repo_root, repo_model))[1]
+            model_json = read_model_json(folder or _model_folder(model, repo_root, repo_model))[1]
         knobs = llmtune.with_served(knobs, llmtune.served_values(original, knobs, model_json))
         requests = streaming.llm_requests(original, prompt_tokens, output_tokens)
         size = 1
@@ -176,8 +186,8 @@ def run(*, model: str, url: str | None, cluster, pod: str | None, protocol: str,
     except PerfError as err:
         failure, best = err, None
     doc = summary(model, concurrency, prompt_tokens, output_tokens, slo, size, found, best)
-    if write and best is not None and best != found.trials[0].values:
-        doc["written"] = write_setting(_model_folder(model, repo_root, repo_model), knobs, best, evidence(doc))
+    if folder is not None and best is not None and best != found.trials[0].values:
+        doc["written"] = write_setting(folder, knobs, best, evidence(doc))
     if fmt != "text":
         click.echo(dumps(doc, fmt))
     else:

@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from kubectl_triton.cli.options import output_format, output_option
+from kubectl_triton.cli.options import FiniteRange, output_format, output_option
 from kubectl_triton.errors import InputError
 
 FORMATS = ("text", "json", "yaml")
@@ -27,7 +27,7 @@ FORMATS = ("text", "json", "yaml")
 @click.option("--dtype", help="Activation dtype: bfloat16, float16, float32.")
 @click.option("--weights", help="Precision of the linear weights: fp8, int8, int4, nvfp4, ... (default: dtype).")
 @click.option("--kv-cache-dtype", help="Precision of the KV cache: fp8, int8, ... (default: dtype).")
-@click.option("--memory-fraction", type=click.FloatRange(min=0, max=1, min_open=True),
+@click.option("--memory-fraction", type=FiniteRange(min=0, max=1, min_open=True),
               help="kv_cache_free_gpu_mem_fraction (TensorRT-LLM) or gpu_memory_utilization (vLLM).")
 @click.option("--max-seq-len", type=click.IntRange(min=1),
               help="Longest sequence the server is configured for (one must fit for it to start).")

@@ -15,6 +15,7 @@ from kubectl_triton.cli.options import (
     DURATION,
     MEASURE_FORMATS,
     Duration,
+    FiniteRange,
     IntList,
     cell,
     cluster_args,
@@ -81,11 +82,10 @@ def summary(model: str, concurrency: int, search, best, written: str | None) -> 
     }
 
 
-def write_config(model: str, repo_root: str | None, repo_model: str | None, best) -> Path | None:
-    """Put the best setting into models/<repo-model>/<model>/config.pbtxt; None when nothing changed."""
-    from kubectl_triton.formats import pbtxt
+def write_target(model: str, repo_root: str | None, repo_model: str | None) -> Path:
+    """The config.pbtxt --write changes (models/<repo-model>/<model>/config.pbtxt): found and read before
+    anything is measured, so a wrong --repo fails at once, not after the search."""
     from kubectl_triton.gitops.model import Repository
-    from kubectl_triton.perf import configedit
 
     repository = Repository.at(Path(repo_root)) if repo_root else Repository.find()
     root, models = repository.root, repository.layout.models
@@ -97,7 +97,24 @@ def write_config(model: str, repo_root: str | None, repo_model: str | None, best
         raise InputError(f"{model} is in several {models}/ folders: {', '.join(m.name for m in owners)}",
                          hint="pass --repo-model NAME")
     path = owners[0].config_file(model)
-    text = path.read_text(encoding="utf-8")
+    _read(path)
+    return path
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise InputError(f"{path}: cannot read: {getattr(err, 'strerror', None) or err}") from None
+
+
+def write_config(path: Path, best) -> Path | None:
+    """Put the best setting into the config.pbtxt `write_target` found (as it is now); None when nothing
+    changed."""
+    from kubectl_triton.formats import pbtxt
+    from kubectl_triton.perf import configedit
+
+    text = _read(path)
     new = configedit.edit(text, str(path), best.instance_count, best.dynamic_batching,
                           max_batch_size=best.max_batch_size)
     if new == text:
@@ -114,7 +131,10 @@ def _preferred(values: tuple[str, ...]) -> list[list[int] | None]:
         elif p == "none":
             out.append([])
         else:
-            out.append(IntList(maximum=1 << 20).convert(p, None, None))
+            try:
+                out.append(IntList(maximum=1 << 20).convert(p, None, None))
+            except click.BadParameter as err:
+                raise click.BadParameter(err.message, param_hint="'--preferred-batch-sizes'") from None
     return out
 
 
@@ -145,7 +165,7 @@ def _preferred(values: tuple[str, ...]) -> list[list[int] | None]:
               help="At most this many measurements (the baseline and re-measurements count). Default: 15%% of "
                    "the space (at least 5), unless --budget is given.")
 @click.option("--exhaustive", is_flag=True, help="Measure every setting of the space instead of searching it.")
-@click.option("--stability", type=click.FloatRange(0, 100), default=10.0, show_default=True,
+@click.option("--stability", type=FiniteRange(0, 100), default=10.0, show_default=True,
               help="A window whose fifths' throughputs stray more than this percent from their mean is followed "
                    "by another (at most 3 per measurement, perf_analyzer's criterion); 0: one window each.")
 @click.option("--concurrency", type=click.IntRange(1, 4096), default=16, show_default=True,
@@ -183,7 +203,7 @@ def command(ctx: click.Context, model: str, url: str | None, kubeconfig: str | N
     \b
     The default space: 1..--max-instances instances x (no batching, or dynamic batching with a max queue
     delay of 0/100/500/1000/2000 us x preferred batch size none/4/8/16): 63 settings. tune searches it by
-    coordinate descent from the served setting (batching, then instances, delay, preferred sizes), moving
+    coordinate descent from the served setting (batching, then instances, preferred sizes, delay), moving
     while a step beats the noise and re-measuring steps within noise, so it measures a fraction of it.
     Each candidate is loaded with Triton's model-control API (POST /v2/repository/models/MODEL/load with a
     config override), so the server must run with --model-control-mode=explicit. The original configuration
@@ -217,6 +237,8 @@ def command(ctx: click.Context, model: str, url: str | None, kubeconfig: str | N
                          hint="pass --url to a test server (tritonserver --model-control-mode=explicit), "
                               "or --allow-production")
     warmup_s = warmup_for(duration, warmup)
+    pref_sets = _preferred(preferred) if objective != "goodput" else []
+    destination = write_target(model, repo_root, repo_model) if write and objective != "goodput" else None
     if objective == "goodput":
         if max_p99 is not None:
             raise click.UsageError("--max-p99 is the bound of --objective latency; goodput takes --max-ttft/--max-itl")
@@ -229,7 +251,6 @@ def command(ctx: click.Context, model: str, url: str | None, kubeconfig: str | N
                           write=write, repo_root=repo_root, repo_model=repo_model, budget_share=BUDGET_SHARE)
         return
     goal = search.Objective(max_p99 * 1e3 if max_p99 is not None else None)
-    pref_sets = _preferred(preferred)
     counts = instances or list(range(1, max_instances + 1))
     progress = sys.stderr.isatty()
 
@@ -263,8 +284,8 @@ def command(ctx: click.Context, model: str, url: str | None, kubeconfig: str | N
     except PerfError as err:  # nothing met the bound (or nothing could be measured): show what was, then fail
         failure, best = err, None
     written = None
-    if write and best is not None:
-        path = write_config(model, repo_root, repo_model, best)
+    if destination is not None and best is not None:
+        path = write_config(destination, best)
         written = str(path) if path else None
     doc = summary(model, concurrency, found, best, written)
     if fmt != "text":
