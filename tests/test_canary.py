@@ -8,6 +8,7 @@ import difflib
 from pathlib import Path
 
 import pytest
+from ruamel.yaml import YAML
 
 from kubectl_triton.adapters import kustomize
 from kubectl_triton.checks.gate import Target
@@ -186,6 +187,32 @@ def test_failure_while_writing_leaves_the_tree_byte_identical(tr, repo_copy, mon
     monkeypatch.setattr(scaffold, "_replace", flaky)
     res = tr(*command)
     assert res.exit_code == 2 and "nothing was changed" in res.stderr
+    assert snapshot(repo_copy) == before
+
+
+def _reshape(path: Path, keys: tuple[str, ...]) -> None:
+    """A hand edit kubectl triton cannot follow: the list at `keys` written as a mapping (its first item)."""
+    yaml = YAML(typ="safe")
+    doc = yaml.load(path.read_text())
+    parent = doc
+    for key in keys[:-1]:
+        parent = parent[key]
+    parent[keys[-1]] = parent[keys[-1]][0]
+    with path.open("w") as fh:
+        yaml.dump(doc, fh)
+
+
+@pytest.mark.parametrize("command, rel, keys, words", [
+    (("canary", MODEL, "--weight", "20"), ROUTE, ("spec", "rules"), "spec.rules must be a list, got dict"),
+    (("promote", MODEL), f"{CANARY_DIR}/kustomization.yaml", ("labels",), "labels must be a list, got dict"),
+    (("abort", MODEL), f"{FLUX}/{MODEL}-route.yaml", ("spec", "dependsOn"), "spec.dependsOn must be a list"),
+])
+def test_hand_edited_shapes_are_one_line_errors_naming_the_file(tr, repo_copy, command, rel, keys, words):
+    assert tr("canary", MODEL, "--version", "2", "--weight", "10").exit_code == 0
+    _reshape(repo_copy / rel, keys)
+    before = snapshot(repo_copy)
+    res = tr(*command)
+    assert res.exit_code == 2 and res.stderr.startswith(f"error: {rel}: {words}"), res.stderr
     assert snapshot(repo_copy) == before
 
 

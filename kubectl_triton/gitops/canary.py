@@ -365,10 +365,28 @@ def _backends(doc: Any, model: str) -> tuple[str, str, Any]:
     return service_name(model), service_name(model, True), lambda weight: split_line(model, weight)
 
 
+def _shaped(value: Any, kind: type, source: str, field: str) -> Any:
+    """`value` when it is of `kind` (None: empty); otherwise a one-line error naming the file and field (a
+    hand edit kubectl triton cannot follow)."""
+    if value is None:
+        return kind()
+    if not isinstance(value, kind):
+        raise InputError(f"{source}: {field} must be a {'list' if kind is list else 'mapping'}, got "
+                         f"{type(value).__name__}", hint="fix the file by hand (kustomize and Flux refuse it too)")
+    return value
+
+
+def _rules(doc: Any, source: str) -> list[dict]:
+    """The route's rules that carry a list of backendRefs."""
+    spec = _shaped(doc.get("spec") if isinstance(doc, dict) else None, dict, source, "spec")
+    rules = _shaped(spec.get("rules"), list, source, "spec.rules")
+    return [r for r in rules if isinstance(r, dict) and isinstance(r.get("backendRefs"), list)]
+
+
 def _split_rules(doc: Any, model: str, source: str) -> list[Any]:
     stable, _, _ = _backends(doc, model)
-    rules = [r for r in ((doc.get("spec") or {}).get("rules") or [])
-             if any(isinstance(b, dict) and b.get("name") == stable for b in r.get("backendRefs") or [])]
+    rules = [r for r in _rules(doc, source)
+             if any(isinstance(b, dict) and b.get("name") == stable for b in r["backendRefs"])]
     if not rules:
         raise InputError(f"{source}: no rule sends traffic to {stable}")
     return rules
@@ -385,8 +403,8 @@ def route_set_split(text: str, model: str, weight: int | None, *, stable: int,
         rule["backendRefs"] = _flow_refs(make_refs(weight)) if not keep else refs
         if keep:
             raise InputError(f"{source}: a rule also sends traffic to {keep[0].get('name')}; edit it by hand")
-    meta = doc.setdefault("metadata", {})
-    ann = meta.setdefault("annotations", {})
+    meta = _shaped(doc.setdefault("metadata", {}), dict, source, "metadata")
+    ann = _shaped(meta.setdefault("annotations", {}), dict, source, "metadata.annotations")
     ann[ANN_STABLE_VERSION] = _dq(str(stable))
     if canary is None:
         ann.pop(ANN_CANARY_VERSION, None)
@@ -420,11 +438,12 @@ def route_canary(text: str, model: str, source: str) -> tuple[int | None, int | 
     """(stable version, canary version, canary weight) as the route records them."""
     docs = loads_all(text, source)
     doc = docs[0] if docs and isinstance(docs[0], dict) else {}
-    ann = (doc.get("metadata") or {}).get("annotations") or {}
+    meta = _shaped(doc.get("metadata"), dict, source, "metadata")
+    ann = _shaped(meta.get("annotations"), dict, source, "metadata.annotations")
     _, canary_name, _ = _backends(doc, model)
     weight = None
-    for rule in (doc.get("spec") or {}).get("rules") or []:
-        for b in rule.get("backendRefs") or []:
+    for rule in _rules(doc, source):
+        for b in rule["backendRefs"]:
             if isinstance(b, dict) and b.get("name") == canary_name:
                 weight = b.get("weight", 1)
     return _int(ann.get(ANN_STABLE_VERSION)), _int(ann.get(ANN_CANARY_VERSION)), weight
@@ -440,9 +459,9 @@ def _int(value: Any) -> int | None:
 def flux_depends(text: str, *, add: tuple[str, ...] = (), remove: tuple[str, ...] = (), source: str) -> str:
     """A Flux Kustomization file with dependsOn entries added/removed (round trip)."""
     yaml, doc = _load(text, source)
-    spec = doc.setdefault("spec", CommentedMap())
-    deps = spec.get("dependsOn")
-    if deps is None:
+    spec = _shaped(doc.setdefault("spec", CommentedMap()), dict, source, "spec")
+    deps = _shaped(spec.get("dependsOn"), list, source, "spec.dependsOn")
+    if spec.get("dependsOn") is None:
         deps = spec["dependsOn"] = CommentedSeq()
     for i in reversed(range(len(deps))):
         if isinstance(deps[i], dict) and deps[i].get("name") in remove:
@@ -457,10 +476,11 @@ def flux_depends(text: str, *, add: tuple[str, ...] = (), remove: tuple[str, ...
 def component_add_files(text: str, entries: list[str], source: str) -> str:
     """The model Component with `entries` appended to the model-config generator's files."""
     yaml, doc = _load(text, source)
-    gens = [g for g in doc.get("configMapGenerator") or [] if isinstance(g, dict) and g.get("name") == "model-config"]
+    generators = _shaped(doc.get("configMapGenerator"), list, source, "configMapGenerator")
+    gens = [g for g in generators if isinstance(g, dict) and g.get("name") == "model-config"]
     if not gens:
         raise InputError(f"{source}: no model-config configMapGenerator")
-    files = gens[0].setdefault("files", [])
+    files = _shaped(gens[0].setdefault("files", []), list, source, "configMapGenerator[model-config].files")
     present = {str(f).split("=", 1)[0] for f in files}
     added = False
     for entry in entries:
@@ -500,11 +520,13 @@ def current(facts: Facts) -> Rollout | None:
     krel = f"{facts.overlay(overlay)}/kustomization.yaml"
     docs = loads_all(facts.texts.get(krel, ""), krel)
     doc = docs[0] if docs and isinstance(docs[0], dict) else {}
-    gpu = next((str(r)[3:] for r in doc.get("resources") or [] if str(r).startswith("../")), overlay[:-len(SUFFIX)])
+    resources = _shaped(doc.get("resources"), list, krel, "resources")
+    gpu = next((str(r)[3:] for r in resources if str(r).startswith("../")), overlay[:-len(SUFFIX)])
     labels: dict[str, Any] = {}
-    for entry in doc.get("labels") or []:
-        labels.update(entry.get("pairs") or {})
-    ann = doc.get("commonAnnotations") or {}
+    for entry in _shaped(doc.get("labels"), list, krel, "labels"):
+        if isinstance(entry, dict) and isinstance(entry.get("pairs"), dict):
+            labels.update(entry["pairs"])
+    ann = _shaped(doc.get("commonAnnotations"), dict, krel, "commonAnnotations")
     tm = str(ann.get(ANN_TRITON_MODEL) or "")
     canary, stable = _int(labels.get(LABEL_VERSION)), _int(ann.get(ANN_STABLE_VERSION))
     if not tm or canary is None or stable is None:
@@ -607,7 +629,9 @@ def _timeout(facts: Facts, gpu: str) -> str:
     rel = facts.registered.get(gpu)
     if rel and rel in facts.texts:
         docs = loads_all(facts.texts[rel], rel)
-        value = ((docs[0] if docs else {}).get("spec") or {}).get("timeout")
+        first = docs[0] if docs and isinstance(docs[0], dict) else {}
+        spec = first.get("spec")
+        value = spec.get("timeout") if isinstance(spec, dict) else None
         if value:
             return str(value)
     return "15m"

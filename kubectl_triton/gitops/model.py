@@ -858,7 +858,8 @@ def _variables(ks: FluxKustomization, configmaps: dict[tuple[str, str], dict[str
         return None, True
     values: dict[str, str] = {}
     known = True
-    for ref in post.get("substituteFrom") or []:
+    refs = post.get("substituteFrom")
+    for ref in refs if isinstance(refs, list) else ():  # another shape is a SchemaInvalid finding of its own
         if not isinstance(ref, dict):
             continue
         name = str(ref.get("name"))

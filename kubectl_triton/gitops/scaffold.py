@@ -207,6 +207,9 @@ def validate_name(name: str) -> None:
         raise bad(f"is {len(name)} characters; at most {MAX_NAME} so that '{name}-triton' fits in 63")
 
 
+INT32_MAX, INT64_MAX = 2**31 - 1, 2**63 - 1
+
+
 def parse_tensor(text: str, option: str = "--input") -> Tensor:
     """`NAME:TYPE:DIMS`, e.g. `input:FP32:3,224,224` or `text:STRING:-1` (dims exclude the batch dimension)."""
     parts = text.split(":")
@@ -223,8 +226,9 @@ def parse_tensor(text: str, option: str = "--input") -> Tensor:
     except ValueError:
         raise InputError(f"{option} {text!r}: dims {dims_text!r} must be comma-separated integers, "
                          "e.g. 3,224,224 or -1") from None
-    if any(d == 0 or d < -1 for d in dims):
-        raise InputError(f"{option} {text!r}: each dimension is a positive size or -1 (variable)")
+    if any(d == 0 or d < -1 or d > INT64_MAX for d in dims):
+        raise InputError(f"{option} {text!r}: each dimension is a positive size or -1 (variable), at most "
+                         f"{INT64_MAX} (int64)")
     return Tensor(name, data_type, dims)
 
 
@@ -271,11 +275,14 @@ def check_options(opts: Options, facts: RepoFacts) -> None:
         release = opts.image_tag.split("-", 1)[0]
         raise InputError(f"--image-tag {opts.image_tag!r}: give the release ({release}); add-model appends the "
                          f"backend's flavour (the image would be {image(opts)})")
-    for option, value, low in (("--instances", opts.instances, 1), ("--version", opts.version, 1),
-                               ("--max-batch-size", opts.max_batch_size, 0),
-                               ("--max-queue-delay-us", opts.max_queue_delay_us, 0)):
+    for option, value, low, high in (("--instances", opts.instances, 1, INT32_MAX),
+                                     ("--version", opts.version, 1, INT64_MAX),
+                                     ("--max-batch-size", opts.max_batch_size, 0, INT32_MAX),
+                                     ("--max-queue-delay-us", opts.max_queue_delay_us, 0, INT64_MAX)):
         if value is not None and value < low:
             raise InputError(f"{option} {value}: must be at least {low}")
+        if value is not None and value > high:  # the field's width in Triton's model_config.proto
+            raise InputError(f"{option} {value}: must be at most {high}")
     mbs = opts.max_batch_size
     if mbs is None and opts.backend != "ensemble":
         mbs = 64 if opts.backend == "tensorrtllm" else 8
@@ -1309,7 +1316,10 @@ def write_plan(root: Path, todo: Plan) -> None:
             p = root / parent
             if str(parent) != "." and p.exists() and not p.is_dir():
                 raise InputError(f"{parent.as_posix()}: is a file, but {rel} needs it to be a folder")
-    tmp = Path(tempfile.mkdtemp(prefix=".kubectl-triton-add-model.", dir=root))
+    try:
+        tmp = Path(tempfile.mkdtemp(prefix=".kubectl-triton-add-model.", dir=root))
+    except OSError as err:
+        raise InputError(f"{root}: cannot write: {err.strerror or err}; nothing was changed") from None
     journal: list[tuple[str, Path, Path | None]] = []
     current = ""
     try:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from kubectl_triton.output.document import dumps
 from kubectl_triton.output.table import table
-from kubectl_triton.status.diagnose import short_revision
 from kubectl_triton.status.model import HEALTHY, ModelStatus
+from kubectl_triton.status.objects import short_revision
 
 HEADERS = ("MODEL", "NAMESPACE", "PHASE", "READY", "REVISION", "REASON")
 

@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from datetime import datetime, timezone
 
 from kubectl_triton.status import signatures
+from kubectl_triton.status.flux import flux_reasons, kustomizations_of
 from kubectl_triton.status.model import (
     FAILED,
     HEALTHY,
@@ -28,6 +29,7 @@ from kubectl_triton.status.model import (
     Snapshot,
     parse_time,
 )
+from kubectl_triton.status.objects import condition, first_line, meta, ns_name
 from kubectl_triton.status.reasons import FIXES, reason
 from kubectl_triton.status.scheduling import UNSCHEDULABLE_GRACE_S, scheduling_reasons
 
@@ -49,8 +51,6 @@ _CRASH_WAITING = {"CrashLoopBackOff", "RunContainerError", "Error"}
 # spec.progressDeadlineSeconds that means "no deadline" (math.MaxInt32, extensions/v1beta1's default): the
 # Deployment controller then keeps no Progressing condition (pkg/controller/deployment/progress.go).
 NO_PROGRESS_DEADLINE = 2**31 - 1
-_FLUX_PROGRESSING = {"Progressing", "ProgressingWithRetry", "DependencyNotReady"}
-_FLUX_RETRYING = {"HealthCheckFailed"}  # Flux retries; the pod-level reasons say why
 _HPA_METRIC_FAILURES = re.compile(r"FailedGet.*Metric|InvalidMetricSourceType|FailedComputeMetricsReplicas")
 _HPA_CONDITIONS_ANN = "autoscaling.alpha.kubernetes.io/conditions"  # autoscaling/v1's conditions
 _LIVENESS_KILL = re.compile(r"failed liveness probe", re.I)
@@ -70,28 +70,8 @@ GROUP_RECREATES_BEFORE_GIVING_UP = 3  # a group recreated this often without bec
 
 # -- small accessors ------------------------------------------------------------------------------------
 
-def _meta(obj: dict) -> dict:
-    return obj.get("metadata") or {}
-
-
-def _ns_name(obj: dict) -> tuple[str, str]:
-    return _meta(obj).get("namespace", ""), _meta(obj).get("name", "")
-
-
 def _labels(obj: dict) -> dict:
-    return _meta(obj).get("labels") or {}
-
-
-def _condition(obj: dict, type_: str) -> dict | None:
-    return next((c for c in (obj.get("status") or {}).get("conditions") or [] if c.get("type") == type_), None)
-
-
-def short_revision(rev: str | None) -> str | None:
-    """`main@sha1:4f2a9c1e…` -> `main@sha1:4f2a9c1`, as Flux's CLI shortens it."""
-    if not rev:
-        return rev
-    m = re.match(r"^(.*?[:@])([0-9a-f]{12,})$", rev)
-    return m.group(1) + m.group(2)[:7] if m else rev
+    return meta(obj).get("labels") or {}
 
 
 TRACK_LABEL, MODEL_LABEL, VERSION_LABEL = "triton.kubectl.io/track", "triton.kubectl.io/model", \
@@ -106,19 +86,19 @@ def model_name(deployment: dict) -> str:
     """The model a Deployment or LeaderWorkerSet serves: its instance label (a canary's model label)."""
     if _labels(deployment).get(TRACK_LABEL) and _labels(deployment).get(MODEL_LABEL):
         return _labels(deployment)[MODEL_LABEL]  # a canary Deployment: the model it is a track of
-    name = _meta(deployment).get("name", "")
+    name = meta(deployment).get("name", "")
     return _labels(deployment).get(INSTANCE_LABEL) or name.removesuffix(LWS_GROUP_SUFFIX).removesuffix("-triton")
 
 
 def pods_of(deployment: dict, pods: Iterable[dict]) -> list[dict]:
     """Pods the Deployment's selector matches in its namespace, skipping ones being deleted and the pods of a
     LeaderWorkerSet group (they carry the same model labels, but their owner is the group)."""
-    ns = _meta(deployment).get("namespace")
+    ns = meta(deployment).get("namespace")
     selector = ((deployment.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
-    return sorted((p for p in pods if _meta(p).get("namespace") == ns and not _meta(p).get("deletionTimestamp")
+    return sorted((p for p in pods if meta(p).get("namespace") == ns and not meta(p).get("deletionTimestamp")
                    and LWS_NAME_LABEL not in _labels(p)
                    and selector and all(_labels(p).get(k) == v for k, v in selector.items())),
-                  key=lambda p: _meta(p).get("name", ""))
+                  key=lambda p: meta(p).get("name", ""))
 
 
 def group_pods(lws: dict, pods: Iterable[dict], *, crashed_deleting: bool = False) -> dict[int, list[dict]]:
@@ -126,19 +106,19 @@ def group_pods(lws: dict, pods: Iterable[dict], *, crashed_deleting: bool = Fals
     set's name in its namespace, skipping ones being deleted. `crashed_deleting`: keep a pod being deleted whose
     container restarted: the instance that made the lws controller recreate the group (its log is readable until
     the foreground deletion of the group ends)."""
-    ns, name = _ns_name(lws)
+    ns, name = ns_name(lws)
     out: dict[int, list[dict]] = {}
     for p in pods:
         lab = _labels(p)
-        if _meta(p).get("namespace") != ns or lab.get(LWS_NAME_LABEL) != name:
+        if meta(p).get("namespace") != ns or lab.get(LWS_NAME_LABEL) != name:
             continue
-        if _meta(p).get("deletionTimestamp") and not (crashed_deleting and _restarted(p)):
+        if meta(p).get("deletionTimestamp") and not (crashed_deleting and _restarted(p)):
             continue
         group = _int(lab.get(LWS_GROUP_LABEL))
         if group is not None:
             out.setdefault(group, []).append(p)
     for members in out.values():
-        members.sort(key=lambda p: (_int(_labels(p).get(LWS_WORKER_LABEL)) or 0, _meta(p).get("name", "")))
+        members.sort(key=lambda p: (_int(_labels(p).get(LWS_WORKER_LABEL)) or 0, meta(p).get("name", "")))
     return out
 
 
@@ -159,7 +139,7 @@ def _group_template(lws: dict) -> dict:
 def _as_workload(lws: dict) -> dict:
     """A LeaderWorkerSet seen as a Deployment-like object (metadata + spec.template: the leader's), for the
     helpers that read a pod template."""
-    return {"metadata": _meta(lws), "spec": {"template": _group_template(lws)}}
+    return {"metadata": meta(lws), "spec": {"template": _group_template(lws)}}
 
 
 def core_event(e: dict) -> dict:
@@ -174,12 +154,12 @@ def core_event(e: dict) -> dict:
 
 def events_of(obj: dict, events: Iterable[dict]) -> list[dict]:
     """The events about `obj` (either Event API's shape), in core v1's shape."""
-    ns, name = _ns_name(obj)
+    ns, name = ns_name(obj)
     kind = obj.get("kind")
     out = []
     for e in map(core_event, events):
         inv = e.get("involvedObject") or {}
-        if inv.get("name") == name and inv.get("kind") == kind and (_meta(e).get("namespace") == ns
+        if inv.get("name") == name and inv.get("kind") == kind and (meta(e).get("namespace") == ns
                                                                      or inv.get("namespace") == ns):
             out.append(e)
     return out
@@ -187,23 +167,11 @@ def events_of(obj: dict, events: Iterable[dict]) -> list[dict]:
 
 def hpa_of(deployment: dict, hpas: Iterable[dict]) -> dict | None:
     """The HPA whose scaleTargetRef is this Deployment (or LeaderWorkerSet)."""
-    ns, name = _ns_name(deployment)
+    ns, name = ns_name(deployment)
     kind = deployment.get("kind") or "Deployment"
-    return next((h for h in hpas if _meta(h).get("namespace") == ns
+    return next((h for h in hpas if meta(h).get("namespace") == ns
                  and ((h.get("spec") or {}).get("scaleTargetRef") or {}).get("kind") == kind
                  and ((h.get("spec") or {}).get("scaleTargetRef") or {}).get("name") == name), None)
-
-
-def kustomizations_of(deployment: dict, kustomizations: Iterable[dict]) -> list[dict]:
-    """Flux Kustomizations whose status.inventory holds the Deployment (id `ns_name_apps_Deployment`; for a
-    LeaderWorkerSet `ns_name_leaderworkerset.x-k8s.io_LeaderWorkerSet`)."""
-    ns, name = _ns_name(deployment)
-    api_version = str(deployment.get("apiVersion") or "apps/v1")
-    group = api_version.split("/")[0] if "/" in api_version else ""
-    wanted = f"{ns}_{name}_{group}_{deployment.get('kind') or 'Deployment'}"
-    return [k for k in kustomizations
-            if any(e.get("id") == wanted for e in (((k.get("status") or {}).get("inventory") or {})
-                                                    .get("entries") or []))]
 
 
 def _container_statuses(pod: dict) -> list[tuple[dict, bool]]:
@@ -229,7 +197,7 @@ def expected_models(deployment_or_pod: dict) -> list[str]:
     spec = (deployment_or_pod.get("spec") or {})
     spec = (spec.get("template") or {}).get("spec") or spec
     container: dict = next((c for c in spec.get("containers") or [] if c.get("name") == TRITON_CONTAINER), {})
-    labels, ann = _labels(deployment_or_pod), _meta(deployment_or_pod).get("annotations") or {}
+    labels, ann = _labels(deployment_or_pod), meta(deployment_or_pod).get("annotations") or {}
     names = [n.strip() for n in str(ann.get(TRITON_MODELS_ANN, "")).split(",")]
     if labels.get(TRACK_LABEL) and ann.get(TRITON_MODEL_ANN):  # a canary: the version it must serve
         names = [f"{ann[TRITON_MODEL_ANN]}/versions/{labels.get(VERSION_LABEL)}" if labels.get(VERSION_LABEL)
@@ -250,24 +218,24 @@ def _log_request(pod: dict, cs: dict, events: list[dict]) -> LogRequest | None:
     """The log to read for a failing container, or None when the container is not failing."""
     if cs.get("ready"):
         return None
-    ns, name = _ns_name(pod)
+    ns, name = ns_name(pod)
     state, last = cs.get("state") or {}, cs.get("lastState") or {}
     restarts = int(cs.get("restartCount") or 0)
     terminated = state.get("terminated")
     if terminated and terminated.get("reason") != "Completed":
-        return LogRequest(ns, name, cs["name"], False, (_meta(pod).get("uid"), cs["name"], restarts, "terminated"))
+        return LogRequest(ns, name, cs["name"], False, (meta(pod).get("uid"), cs["name"], restarts, "terminated"))
     waiting = (state.get("waiting") or {}).get("reason")
     if waiting in _CRASH_WAITING and last.get("terminated"):
-        return LogRequest(ns, name, cs["name"], True, (_meta(pod).get("uid"), cs["name"], restarts, "previous"))
+        return LogRequest(ns, name, cs["name"], True, (meta(pod).get("uid"), cs["name"], restarts, "previous"))
     last_term = last.get("terminated") or {}
     if state.get("running") and restarts and last_term and last_term.get("reason") != "Completed":
         # restarted after a crash and not ready (yet): the cause is in the instance that died
-        return LogRequest(ns, name, cs["name"], True, (_meta(pod).get("uid"), cs["name"], restarts, "previous"))
+        return LogRequest(ns, name, cs["name"], True, (meta(pod).get("uid"), cs["name"], restarts, "previous"))
     if state.get("running"):
         unhealthy = _unhealthy_count(pod, events)
         if unhealthy:  # probes fail: Triton may have logged why (e.g. a model that failed to load)
             return LogRequest(ns, name, cs["name"], False,
-                              (_meta(pod).get("uid"), cs["name"], restarts, "running", unhealthy))
+                              (meta(pod).get("uid"), cs["name"], restarts, "running", unhealthy))
     return None
 
 
@@ -300,7 +268,7 @@ def probe_targets(snapshot: Snapshot) -> list[tuple[str, str, int, list[str]]]:
             cs = next((c for c, init in _container_statuses(pod) if not init and c.get("name") == TRITON_CONTAINER),
                       None)
             if cs and (cs.get("state") or {}).get("running"):
-                out.append((*_ns_name(pod), _http_port(pod), models))
+                out.append((*ns_name(pod), _http_port(pod), models))
     return out
 
 
@@ -315,7 +283,7 @@ def diagnose(snapshot: Snapshot, models: Iterable[str] = (), *, namespace: str =
     results: list[ModelStatus] = []
     pairs: list[tuple[dict, ModelStatus]] = []
     seen = set()
-    for dep in sorted(snapshot.deployments, key=lambda d: (_ns_name(d)[0], model_name(d))):
+    for dep in sorted(snapshot.deployments, key=lambda d: (ns_name(d)[0], model_name(d))):
         name, instance = model_name(dep), _labels(dep).get(INSTANCE_LABEL)
         if wanted and name not in wanted and instance not in wanted:
             continue
@@ -323,13 +291,13 @@ def diagnose(snapshot: Snapshot, models: Iterable[str] = (), *, namespace: str =
         results.append(diagnose_model(dep, snapshot, now, unschedulable_grace_s))
         pairs.append((dep, results[-1]))
     _tracks(snapshot, pairs)
-    for lws in sorted(snapshot.lws, key=lambda d: (_ns_name(d)[0], model_name(d))):
+    for lws in sorted(snapshot.lws, key=lambda d: (ns_name(d)[0], model_name(d))):
         name = model_name(lws)
         if wanted and name not in wanted:
             continue
         seen.add(name)
         results.append(diagnose_group(lws, snapshot, now, unschedulable_grace_s))
-    for job in sorted(snapshot.jobs, key=lambda j: _ns_name(j)):
+    for job in sorted(snapshot.jobs, key=lambda j: ns_name(j)):
         instance = _labels(job).get(INSTANCE_LABEL)
         if wanted and instance not in wanted:
             continue
@@ -359,9 +327,9 @@ def _tracks(snap: Snapshot, pairs: list[tuple[dict, ModelStatus]]) -> None:
     """Mark the stable and canary rows of each model with a canary in progress: version and route weight.
     The stable track is the model's Deployment without a track label in the canary's namespace."""
     for can in canaries(snap.deployments):
-        ns, model = _ns_name(can)[0], model_name(can)
-        ann = _meta(can).get("annotations") or {}
-        stable = next((d for d in snap.deployments if _ns_name(d)[0] == ns and model_name(d) == model
+        ns, model = ns_name(can)[0], model_name(can)
+        ann = meta(can).get("annotations") or {}
+        stable = next((d for d in snap.deployments if ns_name(d)[0] == ns and model_name(d) == model
                        and not _labels(d).get(TRACK_LABEL)), None)
         weights = _route_weights(snap.routes, ns, can, stable)
         for dep, status in pairs:
@@ -376,11 +344,11 @@ def _tracks(snap: Snapshot, pairs: list[tuple[dict, ModelStatus]]) -> None:
 
 def _route_weights(routes: list[dict], ns: str, canary: dict, stable: dict | None) -> dict[str, int]:
     """Weights (percent) of the stable and canary Services in the route that splits between them."""
-    names = {"canary": _ns_name(canary)[1]}
+    names = {"canary": ns_name(canary)[1]}
     if stable is not None:
-        names["stable"] = _ns_name(stable)[1]
+        names["stable"] = ns_name(stable)[1]
     for route in routes:
-        if _meta(route).get("namespace") != ns:
+        if meta(route).get("namespace") != ns:
             continue
         for rule in (route.get("spec") or {}).get("rules") or []:
             refs = {b.get("name"): b for b in rule.get("backendRefs") or [] if isinstance(b, dict)}
@@ -391,7 +359,7 @@ def _route_weights(routes: list[dict], ns: str, canary: dict, stable: dict | Non
 
 
 def diagnose_model(dep: dict, snap: Snapshot, now: datetime, grace: float) -> ModelStatus:
-    ns, _ = _ns_name(dep)
+    ns, _ = ns_name(dep)
     spec, status = dep.get("spec") or {}, dep.get("status") or {}
     replicas = int(spec.get("replicas", 1))
     ready = f"{int(status.get('readyReplicas') or 0)}/{replicas}"
@@ -409,21 +377,26 @@ def diagnose_model(dep: dict, snap: Snapshot, now: datetime, grace: float) -> Mo
             pod_reasons += _finished_pod_reasons(pod, short=short)
     if snap.probing:
         for pod in pods:
-            probe = snap.probes.get(_ns_name(pod))
+            probe = snap.probes.get(ns_name(pod))
             if probe is not None:
                 pod_reasons += _probe_reasons(pod, probe)
     reasons = _dedupe(pod_reasons)
     reasons += _deployment_reasons(dep, has_pod_reasons=any(r.severity not in (SEV_WARNING, SEV_UNKNOWN)
                                                             for r in reasons))
     ks = kustomizations_of(dep, snap.kustomizations)
+    settled = None if _unsettled(reasons) else ("Deployment", *ns_name(dep))
     for k in ks:
-        reasons += _flux_reasons(k)
+        reasons += flux_reasons(k, settled)
     h = hpa_of(dep, snap.hpas)
     if h:
         reasons += _hpa_reasons(h)
     reasons.sort(key=lambda r: r.rank)  # stable: within a rank, the most specific (logs) stay first
     revision = next(((k.get("status") or {}).get("lastAppliedRevision") for k in ks), None)
     return ModelStatus(model_name(dep), ns, phase_of(reasons), ready, revision, reasons)
+
+
+def _unsettled(reasons: list[Reason]) -> bool:
+    return any(r.severity in (SEV_FAILED, SEV_PROGRESSING, SEV_UNKNOWN) for r in reasons)
 
 
 def phase_of(reasons: list[Reason]) -> str:
@@ -451,9 +424,9 @@ def _dedupe(reasons: list[Reason]) -> list[Reason]:
 
 def _finished_pod_reasons(pod: dict, *, short: bool) -> list[Reason]:
     """An evicted pod or one the kubelet refused at admission (phase Failed, never a crash in progress)."""
-    _, name = _ns_name(pod)
+    _, name = ns_name(pod)
     status = pod.get("status") or {}
-    why, msg = status.get("reason") or "", _first_line(status.get("message"))
+    why, msg = status.get("reason") or "", first_line(status.get("message"))
     if why == "UnexpectedAdmissionError":
         return [reason("UnexpectedAdmissionError", f"the kubelet rejected pod {name}: {msg or why}",
                        SEV_FAILED if short else SEV_WARNING)]
@@ -474,7 +447,7 @@ def _pod_reasons(pod: dict, snap: Snapshot, now: datetime, grace: float,
 
 
 def _container_reasons(pod: dict, cs: dict, init: bool, events: list[dict], snap: Snapshot) -> list[Reason]:
-    _, pname = _ns_name(pod)
+    _, pname = ns_name(pod)
     cname = cs.get("name", "")
     where = f"{'init container' if init else 'container'} {cname} of pod {pname}"
     state, last = cs.get("state") or {}, cs.get("lastState") or {}
@@ -585,7 +558,7 @@ def _startup_reasons(pod: dict, cs: dict, events: list[dict], where: str) -> lis
 
 
 def _probe_reasons(pod: dict, probe: Probe) -> list[Reason]:
-    _, pname = _ns_name(pod)
+    _, pname = ns_name(pod)
     if probe.error:
         return []  # the probe is an enrichment: the collector notes once why it was skipped
     out = []
@@ -619,19 +592,19 @@ def _deployment_reasons(dep: dict, *, has_pod_reasons: bool) -> list[Reason]:
     complete rollout, so the counts decide, as in `kubectl rollout status` and Argo CD's Deployment health. A
     condition the controller did write and that disagrees (Progressing not NewReplicaSetAvailable, Available
     False) keeps the rollout InProgress, as kstatus does."""
-    _, name = _ns_name(dep)
+    _, name = ns_name(dep)
     spec, status = dep.get("spec") or {}, dep.get("status") or {}
     replicas = int(spec.get("replicas", 1))
-    generation = int(_meta(dep).get("generation") or 0)
+    generation = int(meta(dep).get("generation") or 0)
     observed = int(status.get("observedGeneration") or 0)
     out: list[Reason] = []
-    failure = _condition(dep, "ReplicaFailure")
+    failure = condition(dep, "ReplicaFailure")
     if failure and failure.get("status") == "True":
-        why = _first_line(failure.get("message"))
+        why = first_line(failure.get("message"))
         code = "QuotaExceeded" if re.search(r"(exceeded|failed) quota", why, re.I) else "ReplicaFailure"
         out.append(reason(code, f"Deployment {name} cannot create pods ({failure.get('reason', '')}): {why}",
                           SEV_FAILED, terminal=True))
-    progressing = _condition(dep, "Progressing") or {}
+    progressing = condition(dep, "Progressing") or {}
     if observed >= generation and progressing.get("reason") == "ProgressDeadlineExceeded":
         deadline = spec.get("progressDeadlineSeconds", 600)
         return out + [reason("ProgressDeadlineExceeded", f"Deployment {name} made no progress for {deadline}s: "
@@ -644,7 +617,7 @@ def _deployment_reasons(dep: dict, *, has_pod_reasons: bool) -> list[Reason]:
     new_rs_available = progress_deadline_s(dep) is None or not progressing or \
         progressing.get("reason") == "DeploymentPaused" or (
             progressing.get("status") == "True" and progressing.get("reason") == "NewReplicaSetAvailable")
-    available_cond = (_condition(dep, "Available") or {"status": "True"}).get("status") == "True"
+    available_cond = (condition(dep, "Available") or {"status": "True"}).get("status") == "True"
     msg: str | None = None
     if observed < generation:
         msg = f"Deployment {name} generation {generation} not yet observed by the controller (at {observed})"
@@ -672,40 +645,12 @@ def _deployment_reasons(dep: dict, *, has_pod_reasons: bool) -> list[Reason]:
     return [reason("RolloutInProgress", msg, SEV_PROGRESSING)]
 
 
-def _flux_reasons(k: dict) -> list[Reason]:
-    ns, name = _ns_name(k)
-    ref = f"Kustomization {ns}/{name}"
-    spec, status = k.get("spec") or {}, k.get("status") or {}
-    out = []
-    if spec.get("suspend"):
-        out.append(reason("FluxSuspended", f"{ref} is suspended: merged changes are not applied", SEV_WARNING))
-    ready = _condition(k, "Ready")
-    if ready and ready.get("status") == "False":
-        rsn = ready.get("reason", "")
-        if rsn in _FLUX_PROGRESSING:
-            sev, terminal, situation = SEV_PROGRESSING, False, "flux-reconciling"
-        else:
-            sev, terminal, situation = SEV_FAILED, rsn not in _FLUX_RETRYING, None
-        out.append(reason("FluxNotReady", f"{ref} is not ready ({rsn}): {_first_line(ready.get('message'))}",
-                          sev, terminal=terminal, situation=situation))
-    elif ready and ready.get("status") == "Unknown":
-        out.append(reason("FluxNotReady", f"{ref} is reconciling ({ready.get('reason', '')}): "
-                          f"{_first_line(ready.get('message'))}", SEV_PROGRESSING, situation="flux-reconciling"))
-    applied, attempted = status.get("lastAppliedRevision"), status.get("lastAttemptedRevision")
-    if attempted and attempted != applied:
-        failed = ready is not None and ready.get("status") == "False" and ready.get("reason") not in _FLUX_PROGRESSING
-        out.append(reason("FluxRevisionBehind", f"{ref} attempted {short_revision(attempted)} but the cluster "
-                          f"runs {short_revision(applied) or 'nothing applied yet'}",
-                          SEV_FAILED if failed else SEV_PROGRESSING))
-    return out
-
-
 def _hpa_conditions(h: dict) -> list[dict]:
     """An HPA's conditions: autoscaling/v2's status.conditions, or autoscaling/v1's annotation."""
     conds = (h.get("status") or {}).get("conditions")
     if conds:
         return conds
-    raw = (_meta(h).get("annotations") or {}).get(_HPA_CONDITIONS_ANN)
+    raw = (meta(h).get("annotations") or {}).get(_HPA_CONDITIONS_ANN)
     try:
         parsed = json.loads(raw) if raw else []
     except ValueError:
@@ -716,23 +661,23 @@ def _hpa_conditions(h: dict) -> list[dict]:
 def _hpa_reasons(h: dict) -> list[Reason]:
     """AbleToScale=False (cannot read or update the scale) and ScalingActive=False (no metric, disabled, bad
     selector): warnings, the model serves at its current replica count."""
-    _, name = _ns_name(h)
+    _, name = ns_name(h)
     conds = {c.get("type"): c for c in _hpa_conditions(h) if isinstance(c, dict)}
     active, able = conds.get("ScalingActive") or {}, conds.get("AbleToScale") or {}
     if active.get("status") == "False" and _HPA_METRIC_FAILURES.search(active.get("reason", "")):
         return [reason("HPAMetricUnavailable", f"HPA {name} cannot compute a replica count "
-                       f"({active.get('reason')}): {_first_line(active.get('message'))}", SEV_WARNING)]
+                       f"({active.get('reason')}): {first_line(active.get('message'))}", SEV_WARNING)]
     for cond in (able, active):
         if cond.get("status") == "False":
             return [reason("HPAUnableToScale", f"HPA {name} {cond.get('type')}=False ({cond.get('reason')}): "
-                           f"{_first_line(cond.get('message'))}", SEV_WARNING)]
+                           f"{first_line(cond.get('message'))}", SEV_WARNING)]
     return []
 
 
 # -- multi-node groups (LeaderWorkerSet) ----------------------------------------------------------------
 
 def _ready(pod: dict) -> bool:
-    return (_condition(pod, "Ready") or {}).get("status") == "True"
+    return (condition(pod, "Ready") or {}).get("status") == "True"
 
 
 def _gpus_per_pod(lws: dict) -> str:
@@ -751,7 +696,7 @@ def _recreations(lws: dict, events: list[dict]) -> dict[int, tuple[int, str, str
             continue
         group = int(m.group("group"))
         count, _, _ = out.get(group, (0, "", ""))
-        when = e.get("lastTimestamp") or e.get("eventTime") or _meta(e).get("creationTimestamp") or ""
+        when = e.get("lastTimestamp") or e.get("eventTime") or meta(e).get("creationTimestamp") or ""
         out[group] = (count + int(e.get("count") or 1), (e.get("message") or "").strip(), when)
     return out
 
@@ -769,7 +714,7 @@ def _group_reasons(lws: dict, group: int, pods: list[dict], pod_reasons: dict[st
                    recreated: tuple[int, str, str] | None, now: datetime) -> tuple[str, list[Reason]]:
     """The state of one group and the reasons that concern it as a whole: a leader waiting for its workers
     (with the workers' own cause), a group the lws controller recreated after a pod failed."""
-    _, name = _ns_name(lws)
+    _, name = ns_name(lws)
     size = int(((lws.get("spec") or {}).get("leaderWorkerTemplate") or {}).get("size") or 1)
     leader = next((p for p in pods if _worker_index(p) == 0), None)
     workers = [p for p in pods if _worker_index(p) != 0]
@@ -786,19 +731,19 @@ def _group_reasons(lws: dict, group: int, pods: list[dict], pod_reasons: dict[st
         absent = size - 1 - len(workers)
         if lrunning and (missing or absent > 0):
             state = "WaitingForWorkers"
-            causes = [r for p in missing for r in pod_reasons.get(_ns_name(p)[1], [])
+            causes = [r for p in missing for r in pod_reasons.get(ns_name(p)[1], [])
                       if r.severity in (SEV_FAILED, SEV_PROGRESSING, SEV_UNKNOWN)]
             causes.sort(key=lambda r: r.rank)
             parts = []
             for p in missing:
-                own = next((r for r in causes if r in pod_reasons.get(_ns_name(p)[1], [])), None)
+                own = next((r for r in causes if r in pod_reasons.get(ns_name(p)[1], [])), None)
                 phase = (p.get("status") or {}).get("phase") or "Pending"
-                parts.append(f"{_ns_name(p)[1]} is {phase}, not ready" + (f" ({own.code}: {own.message})" if own
+                parts.append(f"{ns_name(p)[1]} is {phase}, not ready" + (f" ({own.code}: {own.message})" if own
                                                                          else ""))
             if absent > 0:
                 parts.append(f"{absent} worker pod(s) not created yet")
             who = "is ready but" if _ready(leader) else "waits for its workers:"
-            msg = (f"group {group} of LeaderWorkerSet {name}: leader {_ns_name(leader)[1]} {who} "
+            msg = (f"group {group} of LeaderWorkerSet {name}: leader {ns_name(leader)[1]} {who} "
                    f"{len(missing) + max(absent, 0)} of {size - 1} workers not ready: " + "; ".join(parts))
             if causes:
                 first = causes[0]
@@ -825,7 +770,7 @@ def _group_reasons(lws: dict, group: int, pods: list[dict], pod_reasons: dict[st
         else:
             out.append(reason("GroupRecreated", f"{what}: {message}; the new group is starting", SEV_PROGRESSING,
                               situation="group-restarting"))
-    if any(r.severity == SEV_FAILED for p in pods for r in pod_reasons.get(_ns_name(p)[1], [])) or \
+    if any(r.severity == SEV_FAILED for p in pods for r in pod_reasons.get(ns_name(p)[1], [])) or \
             any(r.severity == SEV_FAILED for r in out):
         state = "Failed"
     return state, out
@@ -836,18 +781,18 @@ def _lws_reasons(lws: dict, *, has_pod_reasons: bool) -> list[Reason]:
     the generation observed, groups created/updated/ready, the mutually exclusive Available / Progressing
     conditions and UpdateInProgress during a rolling update. A partition keeps groups below it on the previous
     revision on purpose (a warning, not progress); surge groups exist until the update completes."""
-    _, name = _ns_name(lws)
+    _, name = ns_name(lws)
     spec, status = lws.get("spec") or {}, lws.get("status") or {}
     replicas = int(spec.get("replicas", 1))
     rolling = ((spec.get("rolloutStrategy") or {}).get("rollingUpdateConfiguration") or {})
     partition = _int(rolling.get("partition")) or 0
-    generation = int(_meta(lws).get("generation") or 0)
+    generation = int(meta(lws).get("generation") or 0)
     observed = int(status.get("observedGeneration") or 0)
     total = int(status.get("replicas") or 0)
     updated = int(status.get("updatedReplicas") or 0)
     ready = int(status.get("readyReplicas") or 0)
-    updating = (_condition(lws, "UpdateInProgress") or {}).get("status") == "True"
-    available = (_condition(lws, "Available") or {}).get("status") == "True"
+    updating = (condition(lws, "UpdateInProgress") or {}).get("status") == "True"
+    available = (condition(lws, "Available") or {}).get("status") == "True"
     ref = f"LeaderWorkerSet {name}"
     msg: str | None = None
     if observed < generation:
@@ -878,11 +823,11 @@ def _lws_reasons(lws: dict, *, has_pod_reasons: bool) -> list[Reason]:
 def _lws_event_reasons(lws: dict, events: list[dict], *, short: bool) -> list[Reason]:
     """Warnings the lws controller records on the set (FailedCreate / FailedUpdate of its StatefulSets,
     Services): failures while groups are missing, history otherwise."""
-    _, name = _ns_name(lws)
+    _, name = ns_name(lws)
     out = []
     for e in events_of(lws, events):
         if e.get("type") == "Warning" and e.get("reason") in ("FailedCreate", "FailedUpdate"):
-            why = _first_line(e.get("message"))
+            why = first_line(e.get("message"))
             quota = bool(re.search(r"(exceeded|failed) quota", why, re.I))
             out.append(reason("QuotaExceeded" if quota else "ReplicaFailure",
                               f"LeaderWorkerSet {name}: {e.get('reason')}: {why}", SEV_FAILED if short else SEV_WARNING,
@@ -895,7 +840,7 @@ def diagnose_group(lws: dict, snap: Snapshot, now: datetime, grace: float) -> Mo
     (a leader waiting for its workers, a group recreated after a pod failed), the pods' own reasons (scheduling,
     crashes, rank errors from their logs, Triton's probe of the leader), then the set's conditions, Flux and
     the HPA. READY counts groups."""
-    ns, _ = _ns_name(lws)
+    ns, _ = ns_name(lws)
     spec, status = lws.get("spec") or {}, lws.get("status") or {}
     replicas = int(spec.get("replicas", 1))
     size = int((spec.get("leaderWorkerTemplate") or {}).get("size") or 1)
@@ -908,8 +853,8 @@ def diagnose_group(lws: dict, snap: Snapshot, now: datetime, grace: float) -> Mo
     for index in sorted(set(range(replicas)) | set(groups)):
         members = groups.get(index, [])
         live = [p for p in members if (p.get("status") or {}).get("phase") not in _FINISHED
-                and not _meta(p).get("deletionTimestamp")]
-        dying = [p for p in members if _meta(p).get("deletionTimestamp")]
+                and not meta(p).get("deletionTimestamp")]
+        dying = [p for p in members if meta(p).get("deletionTimestamp")]
         per_pod: dict[str, list[Reason]] = {}
         for pod in live:
             found = _pod_reasons(pod, snap, now, grace)
@@ -919,29 +864,30 @@ def diagnose_group(lws: dict, snap: Snapshot, now: datetime, grace: float) -> Mo
                                                    f"{_gpus_per_pod(lws)} GPUs on its own node)", r.fix, r.severity,
                                                    r.terminal)
             if snap.probing and _worker_index(pod) == 0:
-                probe = snap.probes.get(_ns_name(pod))
+                probe = snap.probes.get(ns_name(pod))
                 if probe is not None:
                     found += _probe_reasons(pod, probe)
-            per_pod[_ns_name(pod)[1]] = found
+            per_pod[ns_name(pod)[1]] = found
         for pod in dying:  # the crashed instance the group is being recreated for: its log says why
-            per_pod[_ns_name(pod)[1]] = [r for r in _pod_reasons(pod, snap, now, grace)
+            per_pod[ns_name(pod)[1]] = [r for r in _pod_reasons(pod, snap, now, grace)
                                          if r.code not in ("CrashLoopBackOff", "LivenessProbeKilled")] or \
                 [r for r in _pod_reasons(pod, snap, now, grace) if r.code == "CrashLoopBackOff"]
         for pod in members:
             if pod not in live and pod not in dying:
-                per_pod.setdefault(_ns_name(pod)[1], []).extend(_finished_pod_reasons(pod, short=short))
+                per_pod.setdefault(ns_name(pod)[1], []).extend(_finished_pod_reasons(pod, short=short))
         state, own = _group_reasons(lws, index, live, per_pod, recreated.get(index), now)
-        reasons += own + [r for p in members for r in per_pod.get(_ns_name(p)[1], [])]
+        reasons += own + [r for p in members for r in per_pod.get(ns_name(p)[1], [])]
         leader = next((p for p in live if _worker_index(p) == 0), None)
         rows.append({"group": index, "state": state if members else "Missing",
                      "ready": f"{sum(1 for p in live if _ready(p))}/{size}",
-                     "leader": _ns_name(leader)[1] if leader else None})
+                     "leader": ns_name(leader)[1] if leader else None})
     reasons = _dedupe(reasons)
     reasons += _lws_event_reasons(lws, events, short=short)
     reasons += _lws_reasons(lws, has_pod_reasons=any(r.severity not in (SEV_WARNING, SEV_UNKNOWN) for r in reasons))
     ks = kustomizations_of(lws, snap.kustomizations)
+    settled = None if _unsettled(reasons) else ("LeaderWorkerSet", *ns_name(lws))
     for k in ks:
-        reasons += _flux_reasons(k)
+        reasons += flux_reasons(k, settled)
     h = hpa_of(lws, snap.hpas)
     if h:
         reasons += _hpa_reasons(h)
@@ -956,21 +902,21 @@ def diagnose_group(lws: dict, snap: Snapshot, now: datetime, grace: float) -> Mo
 def job_pods(job: dict, pods: Iterable[dict]) -> list[dict]:
     """The Job's pods: its selector's matchLabels (controller-uid / batch.kubernetes.io/controller-uid),
     else the job-name label."""
-    ns, name = _ns_name(job)
+    ns, name = ns_name(job)
     selector = ((job.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
     def mine(p: dict) -> bool:
-        if _meta(p).get("namespace") != ns:
+        if meta(p).get("namespace") != ns:
             return False
         if selector:
             return all(_labels(p).get(k) == v for k, v in selector.items())
         return name in (_labels(p).get("job-name"), _labels(p).get("batch.kubernetes.io/job-name"))
-    return sorted((p for p in pods if mine(p)), key=lambda p: _meta(p).get("creationTimestamp") or "")
+    return sorted((p for p in pods if mine(p)), key=lambda p: meta(p).get("creationTimestamp") or "")
 
 
 def diagnose_job(job: dict, snap: Snapshot, now: datetime, grace: float) -> ModelStatus:
     """An engine-build Job: Complete is Healthy; Failed says why (deadline, back-off limit with the pod's OOM
     kill or log signature); active is Progressing unless its pod cannot run."""
-    ns, name = _ns_name(job)
+    ns, name = ns_name(job)
     spec, status = job.get("spec") or {}, job.get("status") or {}
     completions = int(spec.get("completions") or 1)
     ready = f"{int(status.get('succeeded') or 0)}/{completions}"
@@ -980,8 +926,8 @@ def diagnose_job(job: dict, snap: Snapshot, now: datetime, grace: float) -> Mode
     for pod in pods[-2:]:  # the latest attempts
         pod_reasons += _pod_reasons(pod, snap, now, grace)
     pod_reasons = _dedupe(pod_reasons)
-    failed = _condition(job, "Failed")
-    complete = _condition(job, "Complete")
+    failed = condition(job, "Failed")
+    complete = condition(job, "Complete")
     reasons: list[Reason] = []
     if complete and complete.get("status") == "True":
         return ModelStatus(model, ns, HEALTHY, ready, None, [], job=name)
@@ -991,12 +937,12 @@ def diagnose_job(job: dict, snap: Snapshot, now: datetime, grace: float) -> Mode
                   if r.severity in (SEV_FAILED, SEV_PROGRESSING) and r.code != "CrashLoopBackOff"]
         if why == "DeadlineExceeded":
             reasons.append(reason("JobDeadlineExceeded", f"Job {name} ran longer than activeDeadlineSeconds "
-                                  f"({spec.get('activeDeadlineSeconds')}s): {_first_line(failed.get('message'))}",
+                                  f"({spec.get('activeDeadlineSeconds')}s): {first_line(failed.get('message'))}",
                                   SEV_FAILED, terminal=True))
         reasons = causes + reasons
         if not reasons:
             crash = [r for r in pod_reasons if r.code == "CrashLoopBackOff"]
-            reasons.append(reason("JobFailed", f"Job {name} failed ({why}): {_first_line(failed.get('message'))}"
+            reasons.append(reason("JobFailed", f"Job {name} failed ({why}): {first_line(failed.get('message'))}"
                                   + (f"; {crash[0].message}" if crash else ""), SEV_FAILED, terminal=True))
         return ModelStatus(model, ns, FAILED, ready, None, reasons, job=name)
     if spec.get("suspend"):
@@ -1006,7 +952,3 @@ def diagnose_job(job: dict, snap: Snapshot, now: datetime, grace: float) -> Mode
                                    f"running, {int(status.get('failed') or 0)} failed so far", SEV_PROGRESSING)]
     reasons.sort(key=lambda r: r.rank)
     return ModelStatus(model, ns, phase_of(reasons), ready, None, reasons, job=name)
-
-
-def _first_line(text: str | None) -> str:
-    return (text or "").strip().splitlines()[0] if (text or "").strip() else ""

@@ -171,6 +171,8 @@ FLUX: dict[str, str | bytes] = {
                             "  namespace: flux-system\nspec:\n  interval: 10m\n  chart: nginx\n",
     "binary": b"\x89PNG\r\n\x1a\n" + bytes(200),
     "duplicate-names": FLUX_KS + "---\n" + FLUX_KS.replace("./overlays/ok", "./overlays/ok2"),
+    "substitute-from-number": FLUX_KS + "  postBuild:\n    substituteFrom: 5\n",
+    "substitute-from-mapping": FLUX_KS + "  postBuild:\n    substituteFrom: {kind: ConfigMap, name: vars}\n",
 }
 
 MODEL_YAML: dict[str, str | bytes] = {
@@ -361,6 +363,12 @@ ARGS: dict[str, str] = {
     "bench-url-port-out-of-range": "bench m --url http://127.0.0.1:99999",
     "bench-url-port-not-a-number": "bench m --url http://127.0.0.1:abc",
     "tune-stability-nan": "tune m --url http://127.0.0.1:9 --stability nan",
+    "add-model-batch-beyond-int32": "add-model m --backend onnxruntime --gpu l4 --max-batch-size 3000000000 "
+                                    "--repo {repo}",
+    "add-model-instances-beyond-int32": "add-model m --backend onnxruntime --gpu l4 --instances 3000000000 "
+                                        "--repo {repo}",
+    "add-model-dim-beyond-int64": "add-model m --backend onnxruntime --gpu l4 --input x:FP32:99999999999999999999 "
+                                  "--output y:FP32:2 --repo {repo}",
     "plan-memory-fraction-inf": "plan --hf-config {tmp}/none.json --memory-fraction inf",
 }
 
