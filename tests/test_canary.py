@@ -223,6 +223,16 @@ def test_dry_run_writes_nothing(tr, repo_copy):
     assert snapshot(repo_copy) == before
 
 
+@pytest.mark.parametrize("weight, words", [("null", "sum to 91"), ('"ten"', "has weight 'ten', not an integer")])
+def test_route_weights_of_odd_types_are_findings(tr, repo_copy, weight, words):
+    """null is the default weight 1 to the API server; a string no weight at all (only v1 has a bundled schema)."""
+    assert tr("canary", MODEL, "--version", "2", "--weight", "10").exit_code == 0
+    route = repo_copy / ROUTE
+    route.write_text(route.read_text().replace("weight: 10}", f"weight: {weight}}}"))
+    found = [f for f in route_check(repo_copy) if f.code == "RouteWeights"]
+    assert len(found) == 1 and found[0].severity == "error" and words in found[0].message, found
+
+
 def test_routes_check_findings(tr, repo_copy):
     assert tr("canary", MODEL, "--version", "2", "--weight", "10").exit_code == 0
     route = repo_copy / ROUTE

@@ -16,8 +16,11 @@ from pathlib import Path
 
 import pytest
 
+from kubectl_triton.adapters import kustomize
 from kubectl_triton.checks.findings import ERROR
 from kubectl_triton.checks.model.modelrepo import check_repository
+from kubectl_triton.formats import yamlio
+from tests.conftest import REPO
 
 PYMODEL = '''import json
 
@@ -240,3 +243,16 @@ def test_validate_takes_strictness_from_the_servers_arguments():
     assert strict_model_config(deployment("--strict-model-config=true"))
     assert not strict_model_config(deployment("--strict-model-config=false"))
     assert not strict_model_config(deployment("--model-repository=/models"))
+
+    # a server started through the overlay's scripts (base/triton-multinode: leader.sh runs rank.sh on each rank)
+    leader = {"kind": "LeaderWorkerSet", "spec": {"leaderWorkerTemplate": {"size": 2, "leaderTemplate": {"spec": {
+        "containers": [{"name": "tritonserver", "command": ["sh", "/multinode/leader.sh"]}]}}}}}
+
+    def scripts(rank: str) -> dict:
+        return {"kind": "ConfigMap", "data": {"leader.sh": 'exec mpirun -np 8 sh "$SCRIPTS_DIR/rank.sh"\n',
+                                              "rank.sh": rank}}
+
+    assert strict_model_config([leader, scripts('set -- --disable-auto-complete-config\nexec tritonserver "$@"\n')])
+    assert not strict_model_config([leader, scripts('exec tritonserver --model-repository=/models\n')])
+    rendered = yamlio.loads_all(kustomize.build(REPO / "overlays/llama3-70b/h100-80gb").yaml, "llama3-70b")
+    assert strict_model_config(rendered)  # the repository's own multi-node overlay

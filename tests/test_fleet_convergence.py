@@ -181,6 +181,19 @@ def test_crd_installed_elsewhere_is_a_warning_unless_it_never_converges():
     assert "never converges" in _messages([installer, issuers], "CRDMissing")[0]
 
 
+def test_create_namespace_creates_the_release_namespace_not_the_storage_namespace():
+    """install.createNamespace creates spec.targetNamespace (else the HelmRelease's own): helm-controller's API
+    reference. Helm's storageNamespace only keeps the release records."""
+    def found(**spec: Any) -> set[tuple[str, str, str]]:
+        helm = _ks("helm", [_release("r", "flux-system", chart="app-template", install={"createNamespace": True},
+                                     **spec)], wait=True)
+        return {f for f in _found([helm, _ks("app", [_cm("c", "x")], dependsOn=[{"name": "helm"}])])
+                if f[0] == "NamespaceMissing"}
+
+    assert found(targetNamespace="x") == set()
+    assert found(storageNamespace="x") == {("NamespaceMissing", "ConfigMap/x/c", "error")}
+
+
 def test_known_chart_not_awaited_names_it():
     """Root cause 1b: a known chart in a Kustomization without wait was reported as 'nothing installs it'."""
     kps = _ks("kps", [_release("kube-prometheus-stack", "flux-system", chart="kube-prometheus-stack",

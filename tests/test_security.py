@@ -53,10 +53,32 @@ def _server(objects: list[dict]) -> dict:
     (lambda d, s: s["env"].append({"name": "AWS_SECRET_ACCESS_KEY", "value": "wJalrXUtnFEMI/K7MDENG"}),
      ["LiteralCredential"]),
     (lambda d, s: s["args"].append("--repo=s3://alice:hunter22@minio.local/models"), ["LiteralCredential"]),
+    # Pod Security "baseline" (k8s.io/pod-security-admission policy/check_*.go)
+    (lambda d, s: s["securityContext"].update(appArmorProfile={"type": "Unconfined"}), ["AppArmor"]),
+    (lambda d, s: d["spec"]["template"]["spec"]["securityContext"].update(seLinuxOptions={"type": "spc_t"}),
+     ["SELinux"]),
+    (lambda d, s: s["securityContext"].update(seLinuxOptions={"user": "system_u", "type": "container_t"}),
+     ["SELinux"]),
+    (lambda d, s: d["spec"]["template"]["spec"]["securityContext"].update(
+        sysctls=[{"name": "net.core.somaxconn", "value": "1024"}]), ["Sysctls"]),
+    (lambda d, s: s["securityContext"].update(procMount="Unmasked"), ["ProcMount"]),
+    (lambda d, s: s["securityContext"].update(windowsOptions={"hostProcess": True}), ["HostProcess"]),
+    (lambda d, s: s["livenessProbe"]["httpGet"].update(host="10.0.0.1"), ["ProbeHost"]),
 ])
 def test_pod_findings(overlay, mutate, expected):
     mutate(_dep(overlay), _server(overlay))
     assert codes(check_objects("o", overlay)) == expected
+
+
+@pytest.mark.parametrize("mutate", [
+    lambda d, s: s["securityContext"].update(appArmorProfile={"type": "RuntimeDefault"},
+                                             seLinuxOptions={"type": "container_t"}, procMount="Default"),
+    lambda d, s: d["spec"]["template"]["spec"]["securityContext"].update(
+        sysctls=[{"name": "net.ipv4.tcp_keepalive_time", "value": "60"}]),
+])
+def test_what_pod_security_baseline_allows_passes(overlay, mutate):
+    mutate(_dep(overlay), _server(overlay))
+    assert codes(check_objects("o", overlay)) == []
 
 
 def test_pod_without_any_security_context_gets_every_finding(overlay):

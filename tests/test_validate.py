@@ -101,6 +101,47 @@ def test_unknown_manifest_field_is_a_schema_error(run_cli, repo_copy: Path):
     assert {f["object"] for f in schema} >= {"Service/triton/llama3-8b-triton", "Service/triton/text-embedder-triton"}
 
 
+def test_an_api_version_the_cluster_no_longer_serves_is_an_error(run_cli, repo_copy: Path):
+    _edit(repo_copy / "base/triton/poddisruptionbudget.yaml", "apiVersion: policy/v1\n", "apiVersion: policy/v1beta1\n")
+    found = [f for f in _json(run_cli("validate", str(repo_copy), "-o", "json"))["findings"]
+             if "policy/v1beta1" in f["message"]]
+    assert found and all(f["code"] == "SchemaInvalid" and f["severity"] == "error" for f in found), found
+    assert "is not served by Kubernetes 1.35, which serves PodDisruptionBudget as policy/v1" in found[0]["message"]
+
+
+def test_a_kubernetes_version_older_than_the_bundled_schemas_is_checked_against_the_nearest(run_cli, repo_copy: Path):
+    _edit(repo_copy / "kubectl-triton.yaml", 'version: "1.35"', 'version: "1.20"')
+    _edit(repo_copy / "base/triton/service.yaml", "  type: ClusterIP\n", "  type: ClusterIP\n  clusterIPs2: []\n")
+    result = run_cli("validate", str(repo_copy), "-o", "json")
+    assert result.exit_code == 1 and "Traceback" not in result.stderr, result.stderr
+    found = _json(result)["findings"]
+    assert any(f["code"] == "LayoutInvalid" and f["severity"] == "warning" and "version 1.20" in f["message"]
+               and "checked against the nearest" in f["message"] for f in found)
+    assert any(f["code"] == "SchemaInvalid" and "clusterIPs2" in f["message"] for f in found)
+
+
+def test_nulls_the_api_server_accepts_are_no_traceback(run_cli, repo_copy: Path):
+    """null is "unset" to the API server (the schemas allow it): the gate goes on with the defaults."""
+    deployment = repo_copy / "base/triton/deployment.yaml"
+    _edit(deployment, "  progressDeadlineSeconds: 600\n", "  progressDeadlineSeconds: null\n")
+    text = deployment.read_text()
+    start = text.index("          volumeMounts:\n            - name: model-repository")
+    end = text.index("      volumes:\n")
+    deployment.write_text(text[:start] + "          volumeMounts: null\n" + text[end:])
+    result = run_cli("validate", str(repo_copy), "-o", "json")
+    assert result.exit_code in (0, 1) and "Traceback" not in result.stderr, result.stderr
+    assert any(f["code"] == "SharedMemory" for f in _json(result)["findings"])  # /dev/shm is no longer mounted
+
+
+def test_a_version_folder_of_unicode_digits_is_no_version(tmp_path: Path):
+    from kubectl_triton.checks.model.modelrepo import load_repository
+
+    (tmp_path / "m" / "1").mkdir(parents=True)
+    (tmp_path / "m" / "\u00b2").mkdir()  # '²'.isdigit() is True, int('²') raises
+    (tmp_path / "m" / "config.pbtxt").write_text('name: "m"\nbackend: "python"\n')
+    load_repository(tmp_path)  # no ValueError
+
+
 @pytest.mark.parametrize("edit, code", [
     (("overlays/llama3-8b/model/deployment.yaml", "image: nvcr.io/nvidia/tritonserver:24.12-trtllm-python-py3\n"
       "          startupProbe", "image: nvcr.io/nvidia/tritonserver:latest\n          startupProbe"),
@@ -129,6 +170,26 @@ def test_each_rule_fails_the_gate(run_cli, repo_copy: Path, edit, code):
     result = run_cli("validate", str(repo_copy), "-o", "json")
     assert result.exit_code == 1
     assert code in _codes(_json(result))
+
+
+def test_depends_on_resolves_in_the_kustomizations_own_cluster(run_cli, repo_copy: Path):
+    """A staging cluster whose model Kustomizations wait for `platform`, which only production has."""
+    staging = repo_copy / "clusters/staging"
+    staging.mkdir()
+    (staging / "flux-system").mkdir()
+    for name in ("gitrepository.yaml", "kustomization.yaml", "sync.yaml"):
+        text = (repo_copy / "clusters/production/flux-system" / name).read_text()
+        (staging / "flux-system" / name).write_text(text.replace("./clusters/production", "./clusters/staging"))
+    model = (repo_copy / "clusters/production/models/image-classifier-l4.yaml").read_text()
+    (staging / "image-classifier-l4.yaml").write_text(model)
+    (staging / "kustomization.yaml").write_text("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
+                                                "resources:\n  - flux-system\n  - image-classifier-l4.yaml\n")
+    found = [f for f in _json(run_cli("validate", str(repo_copy), "-o", "json"))["findings"]
+             if f["code"] == "FluxDependencyMissing"]
+    assert {(f["path"], f["severity"]) for f in found} == {("clusters/staging/image-classifier-l4.yaml", "error")}
+    assert sorted(f["message"].split(" is ")[0] for f in found) == ["dependsOn flux-system/infrastructure",
+                                                                    "dependsOn flux-system/platform"]
+    assert all("of another cluster, not of cluster staging" in f["message"] for f in found)
 
 
 def test_two_overlays_of_one_model_in_one_cluster_collide(run_cli, repo_copy: Path):

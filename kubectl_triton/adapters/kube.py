@@ -448,7 +448,7 @@ def _translate_status(err: Any, verb: str, what: str, namespace: str | None, kub
 def _warning_text(header: str) -> str:
     """The text of one RFC 7234 Warning header as the API server sends it: `299 - "text"`."""
     parts = header.split(" ", 2)
-    text = parts[2] if len(parts) == 3 and parts[0].isdigit() else header
+    text = parts[2] if len(parts) == 3 and parts[0].isascii() and parts[0].isdigit() else header
     return text.strip().removeprefix('"').removesuffix('"').replace('\\"', '"')
 
 

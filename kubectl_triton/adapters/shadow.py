@@ -50,7 +50,8 @@ def model_dirs(repo: Path) -> list[Path]:
 
 def version_dirs(model_dir: Path) -> list[str]:
     """Names of the numeric version folders of a model."""
-    return sorted((p.name for p in model_dir.iterdir() if p.is_dir() and p.name.isdigit()), key=int)
+    return sorted((p.name for p in model_dir.iterdir() if p.is_dir() and p.name.isascii() and p.name.isdigit()),
+                  key=int)
 
 
 PLATFORM_BACKENDS = {"tensorrt_plan": "tensorrt", "onnxruntime_onnx": "onnxruntime",

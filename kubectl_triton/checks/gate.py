@@ -492,6 +492,7 @@ def _targets(root: Path, layout: Layout, findings: list[Finding]) -> list[Target
     flux = repo.flux_kustomizations(root, tolerant=True)
     names = {(k.namespace, k.name) for k in flux} | {
         (k.namespace, k.name) for c in repository.clusters for k in c.nested_elsewhere}
+    in_cluster = _cluster_names(repository)
     top = repo.resolved(root)
     for ks in flux:
         rel_file = repo.relative(root, ks.file)
@@ -505,10 +506,18 @@ def _targets(root: Path, layout: Layout, findings: list[Finding]) -> list[Target
         for dep in depends:
             if "${" in f"{dep.get('namespace', '')}{dep.get('name')}":
                 continue  # a postBuild variable of the Kustomization applying it, unknown here
-            if (dep.get("namespace", ks.namespace), dep.get("name")) not in names:
+            wanted = (dep.get("namespace", ks.namespace), dep.get("name"))
+            if wanted not in names:
                 findings.append(FLUX_DEPENDENCY.finding(f"dependsOn {dep.get('name')} names no "
                                         "Flux Kustomization in this repository: Flux would wait for it forever",
                                         path=rel_file, object=where))
+                continue
+            for cname, known in in_cluster.get((ks.file, ks.namespace, ks.name), ()):
+                if wanted not in known:
+                    findings.append(FLUX_DEPENDENCY.finding(
+                        f"dependsOn {wanted[0]}/{wanted[1]} is a Kustomization of another cluster, not of cluster "
+                        f"{cname}, which applies this one: Flux there would wait for it forever",
+                        path=rel_file, object=where))
         not_here = _other_source(layout, ks, rel_file, where)
         if not_here is not None:
             findings.append(not_here)
@@ -604,14 +613,15 @@ def _schema_findings(targets: list[Target], where: dict[Path, list[clusterversio
 
 
 def _version_findings(where: dict[Path, list[clusterversions.Placement]]) -> list[Finding]:
-    """A Kubernetes version in kubectl-triton.yaml whose schemas are not bundled: checked against the default."""
+    """A Kubernetes version in kubectl-triton.yaml whose schemas are not bundled: checked against the nearest
+    bundled version."""
     out = []
     for found in where.values():
         for placement in found:
             if placement.declared and not schemas.supported_version(placement.version):
                 out.append(LAYOUT_INVALID.finding(
                     f"kubernetes: version {placement.version} (cluster {placement.cluster or 'default'}) has no "
-                    f"bundled schemas ({schemas.supported_range()}): its objects are not schema-checked",
+                    f"bundled schemas ({schemas.supported_range()}): its objects are checked against the nearest",
                     path=LAYOUT_FILE, severity="warning"))
     return list(dict.fromkeys(out))
 
@@ -702,14 +712,53 @@ STRICT_FLAG = "--disable-auto-complete-config"
 DEPRECATED_STRICT = "--strict-model"  # the flag it replaced (…-config=true), still honoured by tritonserver
 
 
+_SCRIPT = re.compile(r"[\w.-]+\.sh\b")
+
+
+def _scripts(objects: list[dict]) -> dict[str, str]:
+    """Shell scripts the overlay's ConfigMaps carry (key -> text): a container may start tritonserver through one
+    (base/triton-multinode: leader.sh runs rank.sh on every rank)."""
+    out: dict[str, str] = {}
+    for obj in objects:
+        data = obj.get("data") if obj.get("kind") == "ConfigMap" else None
+        if isinstance(data, dict):
+            out.update({str(k): v for k, v in data.items() if str(k).endswith(".sh") and isinstance(v, str)})
+    return out
+
+
+def _with_scripts(words: list[str], scripts: dict[str, str], depth: int = 3) -> list[str]:
+    """The words of a command line and of the scripts it runs (those of the overlay's ConfigMaps, followed
+    `depth` deep)."""
+    out = list(words)
+    for name in dict.fromkeys(m for w in words for m in _SCRIPT.findall(w)):
+        text = scripts.get(name.rsplit("/", 1)[-1])
+        if text is not None and depth > 0:
+            out += _with_scripts([w.strip("\"'") for w in text.split()], scripts, depth - 1)
+    return out
+
+
+def _cluster_names(repository: Repository) -> dict[tuple[Path, str, str], list[tuple[str, set[tuple[str, str]]]]]:
+    """Per Kustomization (file, namespace, name): the clusters applying it, each with the Kustomizations it has
+    (dependsOn resolves in the Kustomization's own cluster only)."""
+    out: dict[tuple[Path, str, str], list[tuple[str, set[tuple[str, str]]]]] = defaultdict(list)
+    for cluster in repository.clusters:
+        known = {(k.namespace, k.name) for k in (*cluster.kustomizations, *cluster.nested_elsewhere)}
+        for k in cluster.kustomizations:
+            out[(k.file, k.namespace, k.name)].append((cluster.name, known))
+    return out
+
+
 def strict_model_config(objects: list[dict]) -> bool:
     """Does the overlay's tritonserver run with auto-complete disabled (--disable-auto-complete-config, or its
-    deprecated predecessor set to true)? Triton's default is auto-complete on."""
+    deprecated predecessor set to true), on its command line or in a script of the overlay's ConfigMaps that it
+    runs? Triton's default is auto-complete on."""
     strict = False
+    scripts = _scripts(objects)
     for obj in objects:
         for template in workloads.templates(obj) if obj.get("kind") in workloads.SERVING_KINDS else []:
             for container in template.spec.get("containers") or []:
                 words = [str(w) for w in (container.get("command") or []) + (container.get("args") or [])]
+                words = _with_scripts(words, scripts)
                 if not any("tritonserver" in w for w in words):
                     continue
                 for i, word in enumerate(words):

@@ -63,9 +63,8 @@ def _builtin_validator(version: str, kind: str, api_version: str) -> Any:
     import kubernetes_validate.utils as kv
     from referencing import Registry, Resource
 
-    versions = [v for v in kv.all_versions() if kv.major_minor(v) <= kv.major_minor(version)]
-    if not versions:
-        raise ValueError(f"Kubernetes {version} is older than any bundled schema")
+    bundled = sorted(kv.all_versions(), key=kv.major_minor)
+    versions = [v for v in bundled if kv.major_minor(v) <= kv.major_minor(version)] or bundled[:1]  # the nearest
     schema_dir = f"v{versions[-1]}-local-strict"
     group_version = re.sub(r"^([^./]*)(?:\.[^/]*)?/", r"\1-", api_version)
     try:
@@ -86,6 +85,40 @@ def _definitions(schema_dir: str, version: str) -> Any:
 
     return Resource.from_contents(kv.schema_contents(f"kubernetes-json-schema/{schema_dir}/_definitions.json",
                                                      version))
+
+
+@cache
+def served_elsewhere(version: str, kind: str, api_version: str) -> tuple[str, ...]:
+    """The other versions of `api_version`'s group in which Kubernetes `version` serves the built-in `kind` (those
+    of the nearest bundled schemas): a kind its group moved on from (policy/v1beta1 PodDisruptionBudget in 1.25+)."""
+    wanted = _major_minor(version)
+    bundled = _bundled_versions()
+    if wanted is None or not bundled:
+        return ()
+    full = api_version.rpartition("/")[0]
+    if "." in full and not full.endswith(".k8s.io"):  # a custom resource's group (built-in ones are *.k8s.io)
+        return ()
+    near = max((v for v in bundled if v <= wanted), default=bundled[0])
+    group = full.split(".")[0]  # the short group kubernetes-validate names files by
+    served = []
+    for name in _schema_names(f"v{near[0]}.{near[1]}.0-local-strict"):
+        rest = name.removesuffix(".json").removeprefix(f"{kind.lower()}-") if name.startswith(f"{kind.lower()}-") \
+            else None
+        if rest is None or not re.fullmatch(r"(?:[a-z0-9]+-)?v\d+(?:(?:alpha|beta)\d+)?", rest):
+            continue
+        file_group, _, file_version = rest.rpartition("-")
+        if file_group == group:
+            served.append(f"{full}/{file_version}" if full else file_version)
+    return tuple(v for v in sorted(served) if v != api_version)
+
+
+@cache
+def _schema_names(folder: str) -> tuple[str, ...]:
+    spec = importlib.util.find_spec("kubernetes_validate")
+    for location in (spec.submodule_search_locations or []) if spec is not None else []:
+        with contextlib.suppress(OSError):
+            return tuple(os.listdir(os.path.join(location, "kubernetes-json-schema", folder)))
+    return ()
 
 
 def supported_version(version: str) -> bool:
@@ -146,6 +179,11 @@ def validate_object(obj: Any, kubernetes_version: str = DEFAULT_KUBERNETES_VERSI
     if validator is None:
         validator = _builtin_validator(kubernetes_version, kind, api_version)
     if validator is None:
+        served = served_elsewhere(kubernetes_version, kind, api_version)
+        if served:
+            return [SchemaIssue(oid, f"{kind} {api_version} is not served by Kubernetes {kubernetes_version}, "
+                                f"which serves {kind} as {', '.join(served)}: the API server refuses it (no matches "
+                                f"for kind {kind} in version {api_version})")]
         return [SchemaIssue(oid, f"no schema for {kind} ({api_version}): not a built-in kind of Kubernetes "
                             f"{kubernetes_version} and not a bundled custom resource", missing_schema=True)]
     issues = []

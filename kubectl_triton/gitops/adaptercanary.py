@@ -108,7 +108,8 @@ def read_facts(root: Path, model: str) -> Facts:
         version_canary = f"{route}/{CANARY_POOL_FILE}"
     lora_models: list[tuple[str, str]] = []
     for config in sorted(mdir.glob("*/config.pbtxt")):
-        versions = sorted(int(p.name) for p in config.parent.iterdir() if p.is_dir() and p.name.isdigit())
+        versions = sorted(int(p.name) for p in config.parent.iterdir()
+                          if p.is_dir() and p.name.isascii() and p.name.isdigit())
         if versions and (config.parent / str(versions[-1]) / MULTI_LORA).is_file():
             lora_models.append((config.parent.name, f"{layout.model_dir(model)}/{config.parent.name}/"
                                                     f"{versions[-1]}/{MULTI_LORA}"))

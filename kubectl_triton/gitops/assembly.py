@@ -54,6 +54,6 @@ def assemble(data: dict[str, str], dest: Path) -> list[PurePosixPath]:
         target.write_text(data[key], encoding="utf-8")
         written.append(rel)
     for model_dir in (p for p in dest.iterdir() if p.is_dir()) if dest.is_dir() else ():
-        if not any(p.is_dir() and p.name.isdigit() for p in model_dir.iterdir()):
+        if not any(p.is_dir() and p.name.isascii() and p.name.isdigit() for p in model_dir.iterdir()):
             (model_dir / "1").mkdir()
     return written

@@ -165,7 +165,7 @@ def read_facts(root: Path, model: str, cluster: str | None) -> Facts:
         rel = cfg.relative_to(root).as_posix()
         config = pbtxt.parse(read(rel) or "", rel)
         folder = cfg.parent
-        versions = sorted(int(p.name) for p in folder.iterdir() if p.is_dir() and p.name.isdigit())
+        versions = sorted(int(p.name) for p in folder.iterdir() if p.is_dir() and p.name.isascii() and p.name.isdigit())
         files = {v: tuple(sorted(p.relative_to(root).as_posix() for p in (folder / str(v)).rglob("*")
                                  if p.is_file() and "__pycache__" not in p.parts)) for v in versions}
         tms[folder.name] = TritonModel(folder.name, rel, config.platform == "ensemble",

@@ -229,8 +229,8 @@ def byte_quantity(value: Any) -> int | None:
     text = str(value).strip() if isinstance(value, str) else ""
     number = text.rstrip("KMGTPEikmgtpe")
     unit = text[len(number):]
-    if unit not in _BYTE_UNITS or not number or number.count(".") > 1 or not number.replace(".", "").isdigit() \
-            or number.startswith(".") or number.endswith("."):
+    if unit not in _BYTE_UNITS or not number or number.count(".") > 1 or not number.isascii() \
+            or not number.replace(".", "").isdigit() or number.startswith(".") or number.endswith("."):
         return None
     whole, _, fraction = number.partition(".")
     scale = _BYTE_UNITS[unit]

@@ -134,7 +134,7 @@ def needed_paths(data: dict[str, str], artifacts_dir: str, mount: str) -> list[t
         except TritonCtlError:
             continue  # the model checks report it
         versions = sorted({p.parts[1] for p in files if len(p.parts) > 2 and p.parts[0] == model
-                           and p.parts[1].isdigit()}) or ["1"]
+                           and p.parts[1].isascii() and p.parts[1].isdigit()}) or ["1"]
         kind = str(config.backend or config.platform)
         default = config.default_model_filename or artifacts.DEFAULT_MODEL_FILES.get(kind)
         if default and linked is not None and kind not in ("ensemble", "vllm", "tensorrtllm"):

@@ -170,7 +170,7 @@ def _configs(root: Path, model_dir: Path, model: str, served: dict[str, lora.Ada
                                 path=core_rel, model=model)
     size = core.parameters[lora_trtllm.MAX_ADAPTER_SIZE].string_value \
         if lora_trtllm.MAX_ADAPTER_SIZE in core.parameters else ""
-    limit = int(size) if size.isdigit() else lora_trtllm.default_max_adapter_size()
+    limit = int(size) if size.isascii() and size.isdigit() else lora_trtllm.default_max_adapter_size()
     for name, adapter in sorted(served.items()):
         if adapter.rank > limit:
             yield INVALID.finding(f"adapter {name!r} has rank {adapter.rank}, above {lora_trtllm.MAX_ADAPTER_SIZE} "

@@ -79,7 +79,8 @@ def served_models(data: dict[str, Any]) -> dict[str, list[str]]:
         if len(path) != 2 or path[1] != "config.pbtxt":
             continue
         model = path[0]
-        versions = sorted({int(p[1]) for p in parts.values() if len(p) >= 3 and p[0] == model and p[1].isdigit()})
+        versions = sorted({int(p[1]) for p in parts.values()
+                           if len(p) >= 3 and p[0] == model and p[1].isascii() and p[1].isdigit()})
         adapters: list[str] = []
         if versions:
             folder = f"{model}{assembly.SEPARATOR}{versions[-1]}{assembly.SEPARATOR}"

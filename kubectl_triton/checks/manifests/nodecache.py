@@ -202,8 +202,9 @@ def _template_findings(objects: list[dict], spec: dict, volume: dict, settings: 
             + ": its share of the nodes' cache budget is not checked; declare the size of its files (e.g. 16Gi)",
             path=meta_path, model=model))
     keep_text = _env(fetch, nodecache.KEEP_ENV).get("value")
-    keep = int(keep_text) if isinstance(keep_text, str) and keep_text.isdigit() and int(keep_text) > 0 \
-        else nodecache.DEFAULT_KEEP
+    keep = nodecache.DEFAULT_KEEP
+    if isinstance(keep_text, str) and keep_text.isascii() and keep_text.isdigit() and int(keep_text) > 0:
+        keep = int(keep_text)
     return out, _Use(model, _gpu(spec), keep, rel)
 
 

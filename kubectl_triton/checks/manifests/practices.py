@@ -211,7 +211,8 @@ def _check_serving_pod(source: str, obj: dict, server: dict, facts: ModelFacts,
     out += _check_models_annotation(source, obj, facts)
     if obj.get("kind") != "Deployment":  # StatefulSets and LeaderWorkerSets have no progress deadline
         return out
-    deadline = int((obj.get("spec") or {}).get("progressDeadlineSeconds", 600))
+    raw = (obj.get("spec") or {}).get("progressDeadlineSeconds")
+    deadline = raw if isinstance(raw, int) and not isinstance(raw, bool) else 600  # null: the API's default
     if flux_timeout_s is not None and deadline >= flux_timeout_s:
         out.append(_f(ERROR, "ProgressDeadline", f"progressDeadlineSeconds {deadline} is not below the Flux "
                       f"Kustomization timeout ({flux_timeout_s}s): Flux gives up before the Deployment reports "
@@ -240,14 +241,17 @@ def _check_models_annotation(source: str, obj: dict, facts: ModelFacts) -> list[
 
 
 def _check_shm(source: str, obj: dict, pod: dict, server: dict, facts: ModelFacts, gpus: int) -> list[Finding]:
-    mount = next((m for m in server.get("volumeMounts", []) if m.get("mountPath") == "/dev/shm"), None)
-    volume = next((v for v in pod.get("volumes", []) if mount and v.get("name") == mount.get("name")), None)
+    mounts, volumes = server.get("volumeMounts"), pod.get("volumes")
+    mounts, volumes = (mounts if isinstance(mounts, list) else []), (volumes if isinstance(volumes, list) else [])
+    mount = next((m for m in mounts if isinstance(m, dict) and m.get("mountPath") == "/dev/shm"), None)
+    volume = next((v for v in volumes if isinstance(v, dict) and mount and v.get("name") == mount.get("name")),
+                  None)
     empty_dir = (volume or {}).get("emptyDir")
     if empty_dir is None or empty_dir.get("medium") != "Memory":
         return [_f(WARNING, "SharedMemory", "/dev/shm is the runtime's 64 MiB default: mount a memory-backed "
                    "emptyDir there (python backend and tensor-parallel engines exchange tensors through it)",
                    source, obj)]
-    size = parse_quantity(empty_dir.get("sizeLimit", "0")) or 0
+    size = parse_quantity(empty_dir.get("sizeLimit") or "0") or 0
     if facts.tensorrtllm and gpus > 1 and size and size < TP_SHM_MIN_BYTES:
         return [_f(WARNING, "SharedMemory", f"/dev/shm sizeLimit {empty_dir['sizeLimit']} is too small for "
                    f"tensor parallelism over {gpus} GPUs (NCCL needs at least 1Gi)", source, obj)]

@@ -223,8 +223,10 @@ def _creates_namespace(release: dict) -> bool:
 
 
 def _release_namespace(release: dict) -> str | None:
+    """The namespace install.createNamespace creates: spec.targetNamespace, else the HelmRelease's own (never
+    storageNamespace, where Helm only keeps its release records: helm-controller's API reference)."""
     spec = _spec(release)
-    return str(spec.get("targetNamespace") or spec.get("storageNamespace") or _ns(release) or "") or None
+    return str(spec.get("targetNamespace") or _ns(release) or "") or None
 
 
 def add_from(provided: Provided, ks: Applied, objects: list[dict], ancestor: bool, all_objects: list[dict],

@@ -49,6 +49,15 @@ def _meta(obj: dict) -> dict:
     return obj.get("metadata") or {}
 
 
+def _weight(ref: dict) -> int | None:
+    """A backendRef's weight (Gateway API: 0 to 1,000,000, default 1; the API server drops a null); None when it
+    is no such integer."""
+    w = ref.get("weight")
+    if w is None:
+        return 1
+    return w if isinstance(w, int) and not isinstance(w, bool) and 0 <= w <= 1_000_000 else None
+
+
 def check(root: Path, targets: list[Any]) -> list[Finding]:
     """Findings for every HTTPRoute among the rendered targets."""
     out: list[Finding] = []
@@ -134,11 +143,19 @@ def _check_route(root: Path, target: Any, route: dict, targets: list[Any], by_pa
     services, creators = seen[folders]
     tracks: dict[str, tuple[dict, Any]] = {}
     managed = bool((_meta(route).get("annotations") or {}).get(ANN_TRITON_MODEL))
-    for i, rule in enumerate((route.get("spec") or {}).get("rules") or []):
+    spec = route.get("spec")
+    rules = spec.get("rules") if isinstance(spec, dict) else None
+    rules = rules if isinstance(rules, list) else []
+    for i, rule in enumerate(r for r in rules if isinstance(r, dict)):
         refs = [b for b in rule.get("backendRefs") or [] if isinstance(b, dict)]
-        if refs and not (len(refs) == 1 and "weight" not in refs[0]):
-            total = sum(int(b.get("weight", 1)) for b in refs)
-            shown = ", ".join(f"{b.get('name')}={b.get('weight', 1)}" for b in refs)
+        weights = [_weight(b) for b in refs]
+        odd = [b for b, w in zip(refs, weights, strict=True) if w is None]
+        if odd:
+            out.append(finding(ERROR, "RouteWeights", f"rules[{i}]: backendRef {odd[0].get('name')} has weight "
+                               f"{odd[0].get('weight')!r}, not an integer from 0 to 1000000"))
+        elif refs and not (len(refs) == 1 and refs[0].get("weight") is None):
+            total = sum(w or 0 for w in weights)
+            shown = ", ".join(f"{b.get('name')}={w}" for b, w in zip(refs, weights, strict=True))
             if managed and total != 100:  # a canary split: percentages, as canary/promote/abort write them
                 out.append(finding(ERROR, "RouteWeights", f"rules[{i}]: backendRef weights sum to {total}, not "
                                    f"100 ({shown})"))

@@ -19,7 +19,7 @@ exempts nothing. In model.yaml the same key goes under a top-level `annotations:
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +41,15 @@ METRICS_PORTS = {"metrics": 8002}
 # policy/check_restrictedVolumes.go: `image` among them).
 RESTRICTED_VOLUMES = {"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "image", "persistentVolumeClaim",
                       "projected", "secret"}
+# The "baseline" controls below, from the same package's policy/check_*.go (the newest version of each):
+# check_appArmorProfile.go, check_seLinuxOptions.go (1.31), check_sysctls.go (1.32), check_procMount_restricted.go,
+# check_windowsHostProcess.go, check_hostProbesAndhostLifecycle.go (1.34).
+APPARMOR_TYPES = {"RuntimeDefault", "Localhost"}
+SELINUX_TYPES = {"", "container_t", "container_init_t", "container_kvm_t", "container_engine_t"}
+SAFE_SYSCTLS = {"kernel.shm_rmid_forced", "net.ipv4.ip_local_port_range", "net.ipv4.tcp_syncookies",
+                "net.ipv4.ping_group_range", "net.ipv4.ip_unprivileged_port_start", "net.ipv4.ip_local_reserved_ports",
+                "net.ipv4.tcp_keepalive_time", "net.ipv4.tcp_fin_timeout", "net.ipv4.tcp_keepalive_intvl",
+                "net.ipv4.tcp_keepalive_probes", "net.ipv4.tcp_rmem", "net.ipv4.tcp_wmem"}
 
 CODES = {
     "RunAsNonRoot": "pods must run as a non-root user",
@@ -52,6 +61,12 @@ CODES = {
     "HostNamespaces": "no hostNetwork, hostPID, hostIPC",
     "HostPort": "no hostPort",
     "VolumeType": "only the volume types 'restricted' allows",
+    "AppArmor": "AppArmor profile RuntimeDefault or Localhost (never Unconfined)",
+    "SELinux": "no custom SELinux user or role; only the container SELinux types",
+    "Sysctls": "only the sysctls Pod Security calls safe",
+    "ProcMount": "the default /proc mask (procMount Default)",
+    "HostProcess": "no Windows HostProcess containers",
+    "ProbeHost": "probes and lifecycle hooks without a host (they would reach another machine than the pod)",
     "ServiceAccountToken": "no API token mounted into pods that do not call the API",
     "NetworkPolicyMissing": "every Triton Deployment is selected by an ingress NetworkPolicy",
     "NetworkPolicyOpen": "inference ports only from labelled client namespaces",
@@ -69,6 +84,13 @@ _FIXES = {
     "HostNamespaces": "remove hostNetwork/hostPID/hostIPC",
     "HostPort": "remove hostPort; expose the port through a Service",
     "VolumeType": "use configMap, secret, emptyDir, PVC, projected, csi, downwardAPI, ephemeral or image volumes",
+    "AppArmor": "appArmorProfile: {type: RuntimeDefault} (or remove it)",
+    "SELinux": "remove seLinuxOptions.user/role; type empty, container_t, container_init_t, container_kvm_t or "
+               "container_engine_t",
+    "Sysctls": "remove the sysctl, or set it on the nodes (it is not namespaced to the pod)",
+    "ProcMount": "remove procMount (or set Default)",
+    "HostProcess": "remove windowsOptions.hostProcess",
+    "ProbeHost": "remove the host field: probes reach the pod's own IP",
     "ServiceAccountToken": "automountServiceAccountToken: false",
     "NetworkPolicyMissing": "include base/triton's NetworkPolicy (or your own) selecting the Triton pods",
     "NetworkPolicyOpen": "admit 8000/8001 only from namespaces labelled triton.kubectl.io/client",
@@ -231,6 +253,7 @@ def _check_pod_spec(source: str, obj: dict, pod: dict, who: str) -> list[Finding
     if pod.get("automountServiceAccountToken") is not False:
         add("ServiceAccountToken", "automountServiceAccountToken is not false: every container gets an API "
             "token it never uses", WARNING)
+    _baseline(pod, psc, add)
     pod_seccomp = _dict(psc.get("seccompProfile")).get("type")
     if psc.get("runAsUser") == 0:
         add("RunAsNonRoot", "pod securityContext runAsUser: 0 runs as root")
@@ -265,6 +288,40 @@ def _check_pod_spec(source: str, obj: dict, pod: dict, who: str) -> list[Finding
             if _dict(port).get("hostPort"):
                 add("HostPort", f"container {name}: hostPort {port['hostPort']} binds the node's port")
     return out
+
+
+def _baseline(pod: dict, psc: dict, add: Callable[..., None]) -> None:
+    """The Pod Security "baseline" controls beyond the host namespaces, privileged, capabilities and volumes
+    (which _check_pod_spec checks with "restricted"): the API server refuses such a pod in a namespace that enforces
+    either level. Each finding goes through `add`."""
+    contexts = [("pod", psc)] + [(f"container {c.get('name')}", _dict(c.get("securityContext")))
+                                 for c in _containers(pod)]
+    for who, sc in contexts:
+        profile = _dict(sc.get("appArmorProfile")).get("type")
+        if profile is not None and profile not in APPARMOR_TYPES:
+            add("AppArmor", f"{who}: appArmorProfile type {profile}")
+        selinux = _dict(sc.get("seLinuxOptions"))
+        if selinux.get("type") not in (None, *SELINUX_TYPES):
+            add("SELinux", f"{who}: seLinuxOptions type {selinux['type']}")
+        for key in ("user", "role"):
+            if selinux.get(key):
+                add("SELinux", f"{who}: seLinuxOptions {key} {selinux[key]}")
+        if _dict(sc.get("windowsOptions")).get("hostProcess") is True:
+            add("HostProcess", f"{who}: windowsOptions.hostProcess: true")
+        if who != "pod" and sc.get("procMount") not in (None, "Default"):
+            add("ProcMount", f"{who}: procMount {sc['procMount']}")
+    for sysctl in _list(psc.get("sysctls")):
+        name = _dict(sysctl).get("name")
+        if name not in SAFE_SYSCTLS:
+            add("Sysctls", f"pod securityContext sysctl {name} is not one Pod Security calls safe")
+    for c in _containers(pod):
+        hooks = [(k, _dict(c.get(k))) for k in ("livenessProbe", "readinessProbe", "startupProbe")]
+        hooks += [(f"lifecycle.{k}", _dict(_dict(c.get("lifecycle")).get(k))) for k in ("postStart", "preStop")]
+        for where, hook in hooks:
+            for handler in ("httpGet", "tcpSocket"):
+                host = _dict(hook.get(handler)).get("host")
+                if host:
+                    add("ProbeHost", f"container {c.get('name')}: {where}.{handler}.host {host}")
 
 
 # -- NetworkPolicy -------------------------------------------------------------------------------------------

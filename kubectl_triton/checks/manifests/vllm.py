@@ -118,7 +118,8 @@ def vllm_models(model_dir: Path) -> list[tuple[str, list[str], dict[str, Any]]]:
             continue  # the model checks report an unreadable config
         if parsed.get("backend") != "vllm":
             continue
-        versions = sorted(p.name for p in config.parent.iterdir() if p.is_dir() and p.name.isdigit())
+        versions = sorted(p.name for p in config.parent.iterdir()
+                          if p.is_dir() and p.name.isascii() and p.name.isdigit())
         out.append((config.parent.name, versions or ["1"], parsed))
     return out
 

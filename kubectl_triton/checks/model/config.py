@@ -490,7 +490,7 @@ def check_instance_groups(config: Any) -> Iterator[Issue]:
                         "profile field which is only supported for TensorRT models", obj, "profile")
         elif group.profile:
             for profile in group.profile:
-                if not profile.isdigit():
+                if not (profile.isascii() and profile.isdigit()):
                     yield Issue(INSTANCE_GROUP,
                                 f"instance group {gname} of model {name} and platform {config.platform} "
                                 f"specifies invalid profile {profile}. The field should contain the string "

@@ -58,9 +58,9 @@ def model_dirs(repo_dir: Path) -> list[Path]:
 
 
 def _folder(model_dir: Path) -> ModelFolder:
-    versions = sorted(int(p.name) for p in model_dir.iterdir() if p.is_dir() and p.name.isdigit())
+    versions = sorted(int(p.name) for p in model_dir.iterdir() if p.is_dir() and p.name.isascii() and p.name.isdigit())
     files: frozenset[str] = frozenset()
-    numeric = sorted(p.name for p in model_dir.iterdir() if p.is_dir() and p.name.isdigit())
+    numeric = sorted(p.name for p in model_dir.iterdir() if p.is_dir() and p.name.isascii() and p.name.isdigit())
     if numeric:  # Triton inspects the first version folder in name order
         files = frozenset(p.name for p in (model_dir / numeric[0]).iterdir())
     paths = {p.relative_to(model_dir).as_posix(): p for sub in ("warmup", "initial_state")

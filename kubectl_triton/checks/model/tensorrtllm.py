@@ -53,7 +53,7 @@ def type_problem(value: str, spec: dict[str, Any]) -> str | None:
     if kind == "bool":
         return None if text.lower() in _BOOLS else "must be true or false"
     if kind == "int_lists":
-        ok = all(part.strip().lstrip("-").isdigit()
+        ok = text.isascii() and all(part.strip().lstrip("-").isdigit()
                  for group in text.split(";") for part in group.split(",") if group)
         return None if text and ok else "must be comma-separated integers"
     try:

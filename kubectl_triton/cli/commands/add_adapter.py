@@ -176,7 +176,7 @@ def _tensorrtllm(repo: Any, found: Any, meta: dict[str, Any], model: str, name: 
         if tasks_path.is_file() else {}
     cache_max = core.parameters[lora_trtllm.MAX_ADAPTER_SIZE].string_value \
         if lora_trtllm.MAX_ADAPTER_SIZE in core.parameters else None
-    if cache_max is not None and not cache_max.isdigit():
+    if cache_max is not None and not (cache_max.isascii() and cache_max.isdigit()):
         raise InputError(f"{repo.relative(core_path)}: {lora_trtllm.MAX_ADAPTER_SIZE} {cache_max!r} is not a number")
     plan = lora_trtllm.plan_adapter(name=name, adapter=adapter, source=str(adapter_config), engine=meta["engine"],
                                     tasks=tasks, others=others, cache_max=int(cache_max) if cache_max else None,
