@@ -143,6 +143,27 @@ def test_ensemble_onto_a_composing_model_without_declared_inputs(install, tmp_pa
     assert verdicts["e_ok"] is None and verdicts["bare"] is None
 
 
+def test_platforms_version_folders_and_an_empty_version_policy(install, tmp_path: Path):
+    """Found by reading core's model_config_utils.cc and model_lifecycle.cc, judged here by the real server: a
+    python model may name any platform (GetBackendType knows no python type); a folder "01" is no version (leading
+    zeros are skipped); `version_policy {}` serves every version, so an ensemble may use version 1 of two."""
+    step = 'ensemble_scheduling {{ step [{{model_name: "{m}" model_version: 1 input_map {{key: "X" value: "IN"}} ' \
+        'output_map {{key: "Y" value: "OUT"}}}}] }}\n'
+    ens = 'platform: "ensemble"\ninput [{name: "IN" data_type: TYPE_FP32 dims: [2]}]\n' \
+        'output [{name: "OUT" data_type: TYPE_FP32 dims: [1]}]\n'
+    repo = write_repo(tmp_path / "repo", {
+        "python_with_platform": model(CPU + IO + 'platform: "pytorch"\n'),
+        "leading_zero": {"config.pbtxt": CPU + IO, "01/model.py": PYMODEL},
+        "all_versions": model(CPU + IO + "version_policy {}\n", **{"2__model.py": PYMODEL}),
+        "e_all": model(f'name: "e_all"\n{ens}' + step.format(m="all_versions")),
+        "latest_only": model(CPU + IO, **{"2__model.py": PYMODEL}),
+        "e_latest": model(f'name: "e_latest"\n{ens}' + step.format(m="latest_only")),
+    })
+    verdicts = assert_agree(install, repo, strict=True)
+    assert verdicts["python_with_platform"] is None and verdicts["leading_zero"] is not None
+    assert verdicts["e_all"] is None and verdicts["e_latest"] is not None  # latest 1 serves version 2 only
+
+
 def test_instance_group_counts_triton_accepts(install, tmp_path: Path):
     models = {}
     for kind in ("KIND_CPU", "KIND_MODEL", "KIND_AUTO"):

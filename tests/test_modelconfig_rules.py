@@ -73,6 +73,11 @@ def test_display_root_makes_paths_relative_to_it(tmp_path: Path) -> None:
     ('platform: "onnxruntime"', "unexpected platform type 'onnxruntime' for m"),
     ('platform: "tensorrt_plan"\nbackend: "onnxruntime"', "unexpected 'platform' and 'backend' pair"),
     ('platform: "ensemble"\nbackend: "python"', "Ensemble model 'm' must have platform type 'ensemble'"),
+    # GetBackendTypeFromPlatform knows neither (core's model_config_utils.cc); torch_aoti's backend name,
+    # "pytorch", is answered with the libtorch type first
+    ('platform: "pytorch_torchscript"', "unexpected platform type 'pytorch_torchscript' for m"),
+    ('platform: "torch_aoti"', "unexpected 'platform' and 'backend' pair, got:torch_aoti, pytorch"),
+    ('platform: "libtorch"', "unexpected 'platform' and 'backend' pair, got:libtorch, pytorch"),
 ])
 def test_platform_and_backend_must_fit(tmp_path: Path, platform: str, fragment: str) -> None:
     findings = errors(check_repository(write_repo(tmp_path, {"m": model("m", platform=platform)})))
@@ -83,6 +88,24 @@ def test_platform_only_and_custom_backend_are_accepted(tmp_path: Path) -> None:
     repo = write_repo(tmp_path, {"a": model("a", platform='platform: "onnxruntime_onnx"'),
                                  "b": model("b", platform='backend: "my_custom_backend"')})
     assert check_repository(repo) == []
+
+
+def test_a_known_backend_gets_its_platform_as_triton_fills_it(tmp_path: Path) -> None:
+    """backend tensorrt without a platform is tensorrt_plan to Triton (AutoCompleteBackendFields): its shape tensors
+    and profiles are allowed; a python model may name any platform (no python type in GetBackendType)."""
+    shape = '{ name: "S" data_type: TYPE_INT32 dims: [ 1 ] is_shape_tensor: true }'
+    repo = write_repo(tmp_path, {"trt": model("trt", platform='backend: "tensorrt"', inputs=shape),
+                                 "py": model("py", platform='backend: "python"\nplatform: "pytorch"')})
+    assert errors(check_repository(repo)) == []
+
+
+def test_the_first_model_file_in_tritons_order_decides_the_backend(tmp_path: Path) -> None:
+    repo = write_repo(tmp_path, {"m": model("m", platform="",
+                                            inputs='{ name: "S" data_type: TYPE_INT32 dims: [ 1 ] '
+                                                   'is_shape_tensor: true }')}, {"m": [1]})
+    for name in ("model.onnx", "model.plan"):  # Triton looks for model.plan before model.onnx
+        (repo / "m" / "1" / name).write_bytes(b"")
+    assert errors(check_repository(repo)) == []  # tensorrt: its shape tensor is allowed
 
 
 def test_backend_is_inferred_from_version_files_as_triton_does(tmp_path: Path) -> None:

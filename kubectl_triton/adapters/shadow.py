@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from kubectl_triton.formats import pbtxt
+from kubectl_triton.gitops.assembly import version_folder
 
 PYTHON = "python"
 ENSEMBLE = "ensemble"
@@ -50,8 +51,7 @@ def model_dirs(repo: Path) -> list[Path]:
 
 def version_dirs(model_dir: Path) -> list[str]:
     """Names of the numeric version folders of a model."""
-    return sorted((p.name for p in model_dir.iterdir() if p.is_dir() and p.name.isascii() and p.name.isdigit()),
-                  key=int)
+    return sorted((p.name for p in model_dir.iterdir() if p.is_dir() and version_folder(p.name) is not None), key=int)
 
 
 PLATFORM_BACKENDS = {"tensorrt_plan": "tensorrt", "onnxruntime_onnx": "onnxruntime",

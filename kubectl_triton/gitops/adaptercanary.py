@@ -29,6 +29,7 @@ from kubectl_triton.formats import yamldump as Y
 from kubectl_triton.formats.yamledit import edit_resources
 from kubectl_triton.formats.yamlio import loads_all
 from kubectl_triton.gitops import inferencepool, lora, modelrewrite, workloads
+from kubectl_triton.gitops.assembly import version_folder
 from kubectl_triton.gitops.labels import INSTANCE_LABEL
 from kubectl_triton.gitops.lora import MULTI_LORA
 from kubectl_triton.gitops.model import CANARY_SUFFIX, MODEL_COMPONENT, ROUTE_DIR, Layout, Repository
@@ -108,8 +109,8 @@ def read_facts(root: Path, model: str) -> Facts:
         version_canary = f"{route}/{CANARY_POOL_FILE}"
     lora_models: list[tuple[str, str]] = []
     for config in sorted(mdir.glob("*/config.pbtxt")):
-        versions = sorted(int(p.name) for p in config.parent.iterdir()
-                          if p.is_dir() and p.name.isascii() and p.name.isdigit())
+        versions = sorted(v for p in config.parent.iterdir()
+                          if p.is_dir() and (v := version_folder(p.name)) is not None)
         if versions and (config.parent / str(versions[-1]) / MULTI_LORA).is_file():
             lora_models.append((config.parent.name, f"{layout.model_dir(model)}/{config.parent.name}/"
                                                     f"{versions[-1]}/{MULTI_LORA}"))

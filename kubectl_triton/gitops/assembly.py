@@ -12,6 +12,14 @@ CONFIG_VOLUME = "model-config"
 SEPARATOR = "__"
 
 
+def version_folder(name: str) -> int | None:
+    """The model version a folder name is to Triton (VersionsToLoad in model_lifecycle.cc): decimal digits without
+    a leading zero ("01" is ignored, with a warning); None for any other name."""
+    if not (name.isascii() and name.isdigit()) or (len(name) > 1 and name.startswith("0")):
+        return None
+    return int(name)
+
+
 def key_to_path(key: str) -> PurePosixPath:
     """ConfigMap key -> relative repository path; keys that would escape the repository are refused."""
     rel = PurePosixPath(key.replace(SEPARATOR, "/"))
@@ -54,6 +62,6 @@ def assemble(data: dict[str, str], dest: Path) -> list[PurePosixPath]:
         target.write_text(data[key], encoding="utf-8")
         written.append(rel)
     for model_dir in (p for p in dest.iterdir() if p.is_dir()) if dest.is_dir() else ():
-        if not any(p.is_dir() and p.name.isascii() and p.name.isdigit() for p in model_dir.iterdir()):
+        if not any(p.is_dir() and version_folder(p.name) is not None for p in model_dir.iterdir()):
             (model_dir / "1").mkdir()
     return written

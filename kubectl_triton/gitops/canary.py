@@ -29,6 +29,7 @@ from kubectl_triton.formats.yamledit import _dump as dump
 from kubectl_triton.formats.yamledit import _yaml, edit_resources, resources_of
 from kubectl_triton.formats.yamlio import load_all, loads_all
 from kubectl_triton.gitops import inferencepool
+from kubectl_triton.gitops.assembly import version_folder
 from kubectl_triton.gitops.labels import (
     ANN_CANARY_VERSION,
     ANN_STABLE_VERSION,
@@ -165,7 +166,7 @@ def read_facts(root: Path, model: str, cluster: str | None) -> Facts:
         rel = cfg.relative_to(root).as_posix()
         config = pbtxt.parse(read(rel) or "", rel)
         folder = cfg.parent
-        versions = sorted(int(p.name) for p in folder.iterdir() if p.is_dir() and p.name.isascii() and p.name.isdigit())
+        versions = sorted(v for p in folder.iterdir() if p.is_dir() and (v := version_folder(p.name)) is not None)
         files = {v: tuple(sorted(p.relative_to(root).as_posix() for p in (folder / str(v)).rglob("*")
                                  if p.is_file() and "__pycache__" not in p.parts)) for v in versions}
         tms[folder.name] = TritonModel(folder.name, rel, config.platform == "ensemble",

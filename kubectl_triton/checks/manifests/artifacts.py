@@ -16,6 +16,7 @@ from kubectl_triton.errors import InputError, TritonCtlError
 from kubectl_triton.formats import pbtxt, yamlio
 from kubectl_triton.formats.schemas import object_id
 from kubectl_triton.gitops import artifacts, assembly, workloads
+from kubectl_triton.gitops.assembly import version_folder
 from kubectl_triton.gitops.labels import INSTANCE_LABEL
 from kubectl_triton.gitops.model import Repository
 
@@ -134,7 +135,7 @@ def needed_paths(data: dict[str, str], artifacts_dir: str, mount: str) -> list[t
         except TritonCtlError:
             continue  # the model checks report it
         versions = sorted({p.parts[1] for p in files if len(p.parts) > 2 and p.parts[0] == model
-                           and p.parts[1].isascii() and p.parts[1].isdigit()}) or ["1"]
+                           and version_folder(p.parts[1]) is not None}) or ["1"]
         kind = str(config.backend or config.platform)
         default = config.default_model_filename or artifacts.DEFAULT_MODEL_FILES.get(kind)
         if default and linked is not None and kind not in ("ensemble", "vllm", "tensorrtllm"):

@@ -27,6 +27,7 @@ from kubectl_triton.errors import TritonCtlError
 from kubectl_triton.formats import pbtxt
 from kubectl_triton.formats.schemas import object_id
 from kubectl_triton.gitops import assembly, modelrewrite, repo, workloads
+from kubectl_triton.gitops.assembly import version_folder
 from kubectl_triton.gitops.lora import MULTI_LORA
 
 POOL_MISSING = register(
@@ -79,8 +80,8 @@ def served_models(data: dict[str, Any]) -> dict[str, list[str]]:
         if len(path) != 2 or path[1] != "config.pbtxt":
             continue
         model = path[0]
-        versions = sorted({int(p[1]) for p in parts.values()
-                           if len(p) >= 3 and p[0] == model and p[1].isascii() and p[1].isdigit()})
+        versions = sorted({v for p in parts.values()
+                           if len(p) >= 3 and p[0] == model and (v := version_folder(p[1])) is not None})
         adapters: list[str] = []
         if versions:
             folder = f"{model}{assembly.SEPARATOR}{versions[-1]}{assembly.SEPARATOR}"

@@ -18,6 +18,7 @@ from kubectl_triton.compat.catalog import GPU, cc_tuple
 from kubectl_triton.compat.data import load
 from kubectl_triton.compat.hfconfig import Architecture
 from kubectl_triton.formats import pbtxt
+from kubectl_triton.gitops.assembly import version_folder
 
 ENGINE_ARGS_INVALID = register(
     "VllmEngineArgsInvalid", "error", "overlay",
@@ -118,8 +119,7 @@ def vllm_models(model_dir: Path) -> list[tuple[str, list[str], dict[str, Any]]]:
             continue  # the model checks report an unreadable config
         if parsed.get("backend") != "vllm":
             continue
-        versions = sorted(p.name for p in config.parent.iterdir()
-                          if p.is_dir() and p.name.isascii() and p.name.isdigit())
+        versions = sorted(p.name for p in config.parent.iterdir() if p.is_dir() and version_folder(p.name) is not None)
         out.append((config.parent.name, versions or ["1"], parsed))
     return out
 

@@ -159,6 +159,8 @@ class ModelFolder:
     data_files: frozenset[str] | None = None
     # what is known of each of those files (size, layout as TYPE_STRING data); a file missing here: not known
     data: Mapping[str, DataFile] = field(default_factory=dict, hash=False)
+    # folders Triton skips though they look like versions: numbers with a leading zero ("01")
+    skipped: tuple[str, ...] = ()
 
 
 @cache
@@ -176,15 +178,23 @@ def is_ensemble(config: Any) -> bool:
     return bool(config.platform == table()["ensemble_platform"])
 
 
+def policy_kind(config: Any) -> str:
+    """`latest`, `specific` or `all`, as Triton reads version_policy: no field is latest 1 (NormalizeModelConfig),
+    an empty one (`version_policy {}`) is all (VersionsToLoad in model_lifecycle.cc)."""
+    if not config.HasField("version_policy"):
+        return "latest"
+    return config.version_policy.WhichOneof("policy_choice") or "all"
+
+
 def selected_versions(config: Any, available: tuple[int, ...]) -> set[int]:
     """The versions Triton loads from `available` under the model's version_policy."""
+    which = policy_kind(config)
     policy = config.version_policy
-    which = policy.WhichOneof("policy_choice")
     if which == "all":
         return set(available)
     if which == "specific":
         return set(policy.specific.versions) & set(available)
-    latest = policy.latest.num_versions if which == "latest" else 1
+    latest = policy.latest.num_versions if policy.HasField("latest") else 1
     return set(sorted(available)[-latest:]) if latest > 0 else set()
 
 
@@ -192,7 +202,7 @@ def served_versions(config: Any, available: list[int] | None = None) -> tuple[st
     """The policy kind (`specific`, `latest`, `all`) and the versions it names (`latest`: its count;
     with `available` version folders known, the versions it would serve)."""
     policy = config.version_policy
-    kind = policy.WhichOneof("policy_choice") or "latest"
+    kind = policy_kind(config)
     if kind == "specific":
         return kind, sorted(policy.specific.versions)
     if kind == "all":

@@ -44,6 +44,13 @@ from kubectl_triton.checks.model.tensorrtllm import check_tensorrtllm
 # --------------------------------------------------------------------------- autofill
 
 
+def _platform(config: Any, data: dict) -> Any:
+    """The platform a known backend gets when none is given (tensorrt: tensorrt_plan, ...)."""
+    if not config.platform and config.backend in data["backend_platform"]:
+        config.platform = data["backend_platform"][config.backend]
+    return config
+
+
 def autofill(config: Any, folder: ModelFolder) -> tuple[Any, list[Issue]]:
     """A copy of `config` with name, backend and platform filled in as Triton's server-side
     autocomplete does (AutoCompleteBackendFields); issues when the backend cannot be determined."""
@@ -56,19 +63,19 @@ def autofill(config: Any, folder: ModelFolder) -> tuple[Any, list[Issue]]:
     if filled.backend or filled.platform == data["ensemble_platform"]:
         if not filled.backend and filled.platform in data["platform_backend"]:
             filled.backend = data["platform_backend"][filled.platform]
-        return filled, issues
+        return _platform(filled, data), issues
     if filled.platform in data["platform_backend"]:
         filled.backend = data["platform_backend"][filled.platform]
-        return filled, issues
+        return _platform(filled, data), issues
     by_file = data["default_filenames"]
     if filled.default_model_filename in by_file:
         filled.backend = by_file[filled.default_model_filename]
-        return filled, issues
+        return _platform(filled, data), issues
     if not filled.platform and not filled.default_model_filename:
-        for fname in sorted(folder.version_files):
-            if fname in by_file:
+        for fname in by_file:  # in Triton's order, not the folder's
+            if fname in folder.version_files:
                 filled.backend = by_file[fname]
-                return filled, issues
+                return _platform(filled, data), issues
         if "." in folder.name:
             filled.backend = folder.name.split(".", 1)[1]
             return filled, issues
@@ -726,8 +733,14 @@ def check_state(config: Any, folder: ModelFolder) -> Iterator[Issue]:
 
 
 def check_versions(config: Any, folder: ModelFolder) -> Iterator[Issue]:
-    """At least one version folder is selected by the version policy (only when versions exist; ensembles
-    too)."""
+    """At least one version folder is selected by the version policy (only when versions exist, or folders that
+    look like ones but that Triton skips; ensembles too)."""
+    if not folder.versions and folder.skipped:
+        yield Issue(VERSION_POLICY,
+                    f"at least one version must be available under the version policy of model '{config.name}' "
+                    f"(Triton skips version folders with leading zeros: {', '.join(folder.skipped)})",
+                    "version_policy", "version_policy")
+        return
     if not folder.versions:
         return
     if not selected_versions(config, folder.versions):

@@ -30,6 +30,7 @@ from kubectl_triton.checks.model.config import autofill, check_model
 from kubectl_triton.checks.model.ensemble import check_ensembles
 from kubectl_triton.errors import InputError
 from kubectl_triton.formats.pbtxt import PbtxtError, locate, parse
+from kubectl_triton.gitops.assembly import version_folder
 
 CONFIG = "config.pbtxt"
 
@@ -58,14 +59,16 @@ def model_dirs(repo_dir: Path) -> list[Path]:
 
 
 def _folder(model_dir: Path) -> ModelFolder:
-    versions = sorted(int(p.name) for p in model_dir.iterdir() if p.is_dir() and p.name.isascii() and p.name.isdigit())
+    versions = sorted(v for p in model_dir.iterdir() if p.is_dir() and (v := version_folder(p.name)) is not None)
     files: frozenset[str] = frozenset()
-    numeric = sorted(p.name for p in model_dir.iterdir() if p.is_dir() and p.name.isascii() and p.name.isdigit())
+    numeric = sorted(p.name for p in model_dir.iterdir() if p.is_dir() and version_folder(p.name) is not None)
     if numeric:  # Triton inspects the first version folder in name order
         files = frozenset(p.name for p in (model_dir / numeric[0]).iterdir())
     paths = {p.relative_to(model_dir).as_posix(): p for sub in ("warmup", "initial_state")
              if (model_dir / sub).is_dir() for p in (model_dir / sub).rglob("*") if p.is_file()}
-    return ModelFolder(model_dir.name, tuple(versions), files, frozenset(paths), _data_files(paths))
+    skipped = tuple(sorted(p.name for p in model_dir.iterdir() if p.is_dir() and p.name.isascii() and p.name.isdigit()
+                           and version_folder(p.name) is None))
+    return ModelFolder(model_dir.name, tuple(versions), files, frozenset(paths), _data_files(paths), skipped)
 
 
 _WALK_LIMIT = 1 << 20  # warmup files up to this size are also walked as TYPE_STRING data
