@@ -14,6 +14,7 @@ from kubectl_triton.errors import ClusterError
 from kubectl_triton.formats import yamlio
 from tests.apiserver import (
     NAMESPACE,
+    TOKEN,
     api,  # noqa: F401 - fixture
     crashed,
     deployment,
@@ -111,6 +112,20 @@ def test_the_roles_grant_only_reads_and_the_full_role_is_a_superset():
     assert full - objects == {("get", "", "pods/log"), ("get", "", "pods/proxy"), ("get", "", "nodes"),
                               ("list", "", "nodes")}
     assert "clusterrole-status-objects.yaml" in (RBAC / "kustomization.yaml").read_text()
+
+
+def test_a_token_file_ending_in_a_newline_is_read_as_kubectl_reads_it(run_cli, api, tmp_path):  # noqa: F811
+    """`echo $TOKEN > file`: kubectl trims the newline; sent as is, the header is refused before any request."""
+    healthy_model(api.cluster, MODEL)
+    token = tmp_path / "token"
+    token.write_text(f"{TOKEN}\n")
+    doc = json.loads(api.kubeconfig_path.read_text())
+    doc["users"][0]["user"] = {"tokenFile": str(token)}
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(json.dumps(doc))
+    res = run_cli("status", "--kubeconfig", str(kubeconfig), "-o", "json")
+    assert res.exit_code == 0 and "Traceback" not in res.stderr, res.stderr
+    assert [m["phase"] for m in json.loads(res.stdout)["models"]] == ["Healthy"]
 
 
 def test_403_is_worded_like_rbac(api):  # noqa: F811

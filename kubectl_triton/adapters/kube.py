@@ -153,6 +153,9 @@ class Kube:
                                    hint=self._context_hint()) from None
             except ConfigException as err:
                 raise ClusterError(f"kubeconfig: {err}") from None
+            except ValueError as err:  # http.client refusing a header: the kubeconfig's credentials
+                raise ClusterError(f"{verb} {what}: the kubeconfig's credentials cannot be sent ({err})",
+                                   hint="check the user's token or tokenFile in the kubeconfig") from None
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _context_hint(self) -> str:
@@ -380,10 +383,25 @@ def connect(kubeconfig: str | None = None, context: str | None = None,
             raise
         where = files or str(default_file)
         raise ClusterError(f"kubeconfig {where}: invalid YAML: {str(err).splitlines()[0]}") from None
+    _trim_token(cfg)
+    hook = cfg.refresh_api_key_hook  # a tokenFile is read again before each request (rotated tokens)
+    if hook is not None:
+        def refresh(c: Any) -> None:
+            hook(c)  # the kubeconfig loader installs its own hook again while it refreshes
+            _trim_token(c)
+            c.refresh_api_key_hook = refresh
+        cfg.refresh_api_key_hook = refresh
     # One quick retry on a refused connection, none on reads (a watch must never be replayed blindly).
     cfg.retries = Retry(total=1, connect=1, read=0, status=0, redirect=0, backoff_factor=0.2,
                         respect_retry_after_header=False)  # 429/5xx are retried in Kube._request
     return Kube(client.ApiClient(cfg), namespace or ctx_namespace or "default", ctx_name, request_timeout)
+
+
+def _trim_token(cfg: Any) -> None:
+    """A token read from a file ending in a newline (echo $TOKEN > file), trimmed as kubectl trims it."""
+    auth = cfg.api_key.get("authorization")
+    if isinstance(auth, str):
+        cfg.api_key["authorization"] = auth.strip()
 
 
 def _read_sa_namespace() -> str | None:

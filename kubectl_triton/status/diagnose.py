@@ -300,8 +300,7 @@ def diagnose(snapshot: Snapshot, models: Iterable[str] = (), *, namespace: str =
     for job in sorted(snapshot.jobs, key=lambda j: ns_name(j)):
         instance = _labels(job).get(INSTANCE_LABEL)
         if wanted and instance not in wanted:
-            continue
-        seen.add(instance)
+            continue  # a Job alone (an engine build done) is no serving workload: the model is not found yet
         results.append(diagnose_job(job, snapshot, now, unschedulable_grace_s))
     for name in wanted:
         if name not in seen:
