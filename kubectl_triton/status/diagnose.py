@@ -373,7 +373,7 @@ def diagnose_model(dep: dict, snap: Snapshot, now: datetime, grace: float) -> Mo
         pod_reasons += _pod_reasons(pod, snap, now, grace, deadline)
     for pod in all_pods:
         if pod not in pods:
-            pod_reasons += _finished_pod_reasons(pod, short=short)
+            pod_reasons += _finished_pod_reasons(pod, short=short, now=now, history_s=deadline or 600.0)
     if snap.probing:
         for pod in pods:
             probe = snap.probes.get(ns_name(pod))
@@ -421,14 +421,18 @@ def _dedupe(reasons: list[Reason]) -> list[Reason]:
     return out
 
 
-def _finished_pod_reasons(pod: dict, *, short: bool) -> list[Reason]:
-    """An evicted pod or one the kubelet refused at admission (phase Failed, never a crash in progress)."""
+def _finished_pod_reasons(pod: dict, *, short: bool, now: datetime, history_s: float) -> list[Reason]:
+    """An evicted pod or one the kubelet refused at admission (phase Failed, never a crash in progress). A
+    rejection explains a shortage only when it is recent (created within `history_s`, the progress deadline): an
+    old one stays until pod garbage collection and says nothing of a later rollout or scale-up."""
     _, name = ns_name(pod)
     status = pod.get("status") or {}
     why, msg = status.get("reason") or "", first_line(status.get("message"))
     if why == "UnexpectedAdmissionError":
+        created = parse_time(meta(pod).get("creationTimestamp"))
+        recent = created is None or (now - created).total_seconds() <= history_s
         return [reason("UnexpectedAdmissionError", f"the kubelet rejected pod {name}: {msg or why}",
-                       SEV_FAILED if short else SEV_WARNING)]
+                       SEV_FAILED if short and recent else SEV_WARNING)]
     if why == "Evicted":
         return [reason("PodEvicted", f"pod {name} was evicted: {msg or why}", SEV_WARNING)]
     return []
@@ -873,7 +877,8 @@ def diagnose_group(lws: dict, snap: Snapshot, now: datetime, grace: float) -> Mo
                 [r for r in _pod_reasons(pod, snap, now, grace) if r.code == "CrashLoopBackOff"]
         for pod in members:
             if pod not in live and pod not in dying:
-                per_pod.setdefault(ns_name(pod)[1], []).extend(_finished_pod_reasons(pod, short=short))
+                per_pod.setdefault(ns_name(pod)[1], []).extend(
+                    _finished_pod_reasons(pod, short=short, now=now, history_s=600.0))
         state, own = _group_reasons(lws, index, live, per_pod, recreated.get(index), now)
         reasons += own + [r for p in members for r in per_pod.get(ns_name(p)[1], [])]
         leader = next((p for p in live if _worker_index(p) == 0), None)
