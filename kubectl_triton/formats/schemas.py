@@ -113,7 +113,8 @@ def served_elsewhere(version: str, kind: str, api_version: str) -> tuple[str, ..
 
 
 @cache
-def _schema_names(folder: str) -> tuple[str, ...]:
+def _schema_names(folder: str = "") -> tuple[str, ...]:
+    """The names in kubernetes-validate's schema folder (its sub-folder `folder`), found without importing it."""
     spec = importlib.util.find_spec("kubernetes_validate")
     for location in (spec.submodule_search_locations or []) if spec is not None else []:
         with contextlib.suppress(OSError):
@@ -142,12 +143,7 @@ def _major_minor(version: str) -> tuple[int, int] | None:
 
 @cache
 def _bundled_versions() -> list[tuple[int, int]]:
-    spec = importlib.util.find_spec("kubernetes_validate")
-    for location in (spec.submodule_search_locations or []) if spec is not None else []:
-        with contextlib.suppress(OSError):
-            names = os.listdir(os.path.join(location, "kubernetes-json-schema"))
-            return sorted({v for n in names if (v := _major_minor(n.split("-", 1)[0])) is not None})
-    return []
+    return sorted({v for n in _schema_names() if (v := _major_minor(n.split("-", 1)[0])) is not None})
 
 
 def sops_encrypted(obj: Any) -> bool:

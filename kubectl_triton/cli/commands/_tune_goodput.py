@@ -11,6 +11,7 @@ from pathlib import Path
 
 import click
 
+from kubectl_triton.cli.commands.tune import model_config_file, read_text
 from kubectl_triton.errors import InputError
 from kubectl_triton.output.document import dumps
 from kubectl_triton.output.table import table
@@ -31,29 +32,8 @@ def parse_params(values: tuple[str, ...]) -> dict[str, list[str]]:
     return out
 
 
-def _repository(repo_root: str | None):
-    from kubectl_triton.gitops.model import Repository
-
-    return Repository.at(Path(repo_root)) if repo_root else Repository.find()
-
-
 def _model_folder(model: str, repo_root: str | None, repo_model: str | None) -> Path:
-    repository = _repository(repo_root)
-    owners = [m for m in repository.owners_of(model) if not repo_model or m.name == repo_model]
-    if not owners:
-        raise InputError(f"{repository.root}: no {repository.layout.models}/{repo_model or '*'}/{model}/config.pbtxt",
-                         hint="pass --repo PATH (the GitOps repository) or --repo-model")
-    if len(owners) > 1:
-        raise InputError(f"{model} is in several {repository.layout.models}/ folders: "
-                         f"{', '.join(m.name for m in owners)}", hint="pass --repo-model NAME")
-    return owners[0].config_file(model).parent
-
-
-def _read(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as err:
-        raise InputError(f"{path}: cannot read: {getattr(err, 'strerror', None) or err}") from None
+    return model_config_file(model, repo_root, repo_model).parent
 
 
 def read_model_json(folder: Path) -> tuple[Path, dict]:
@@ -95,7 +75,7 @@ def write_setting(folder: Path, knobs, values: tuple[str, ...], lines: list[str]
     from kubectl_triton.perf import configedit, llmtune
 
     path = folder / "config.pbtxt"
-    text = _read(path)
+    text = read_text(path)
     new = "".join(line for line in text.splitlines(keepends=True) if not line.startswith(EVIDENCE))
     for k, v in zip(knobs, values, strict=True):
         if k.where == "parameter":
@@ -116,7 +96,7 @@ def write_setting(folder: Path, knobs, values: tuple[str, ...], lines: list[str]
             if k.where == "model_json":
                 updated[k.name] = llmtune._json_value(v)
         if updated != doc:
-            raw = _read(mpath)
+            raw = read_text(mpath)
             indent = 4 if '\n    "' in raw else 2
             pbtxt.write_atomic(mpath, json.dumps(updated, indent=indent, ensure_ascii=False) + "\n")
             written.append(str(mpath))
@@ -147,7 +127,7 @@ def run(*, model: str, url: str | None, cluster, pod: str | None, protocol: str,
     wanted = parse_params(params)
     folder = _model_folder(model, repo_root, repo_model) if write else None  # a wrong --repo fails before the search
     if folder is not None:
-        _read(folder / "config.pbtxt")
+        read_text(folder / "config.pbtxt")
     progress = sys.stderr.isatty()
     with open_target(model, protocol, url, kubeconfig=cluster.kubeconfig, context=cluster.context,
                      namespace=cluster.namespace, pod=pod) as where:

@@ -82,26 +82,32 @@ def summary(model: str, concurrency: int, search, best, written: str | None) -> 
     }
 
 
-def write_target(model: str, repo_root: str | None, repo_model: str | None) -> Path:
-    """The config.pbtxt --write changes (models/<repo-model>/<model>/config.pbtxt): found and read before
-    anything is measured, so a wrong --repo fails at once, not after the search."""
+def model_config_file(model: str, repo_root: str | None, repo_model: str | None, why: str = "") -> Path:
+    """models/<repo-model>/<model>/config.pbtxt of the GitOps repository (--repo, else the one around the current
+    directory); `why` ends the message when there is none."""
     from kubectl_triton.gitops.model import Repository
 
     repository = Repository.at(Path(repo_root)) if repo_root else Repository.find()
     root, models = repository.root, repository.layout.models
     owners = [m for m in repository.owners_of(model) if not repo_model or m.name == repo_model]
     if not owners:
-        raise InputError(f"{root}: no {models}/{repo_model or '*'}/{model}/config.pbtxt to write",
+        raise InputError(f"{root}: no {models}/{repo_model or '*'}/{model}/config.pbtxt{why}",
                          hint="pass --repo PATH (the GitOps repository) or --repo-model")
     if len(owners) > 1:
         raise InputError(f"{model} is in several {models}/ folders: {', '.join(m.name for m in owners)}",
                          hint="pass --repo-model NAME")
-    path = owners[0].config_file(model)
-    _read(path)
+    return owners[0].config_file(model)
+
+
+def write_target(model: str, repo_root: str | None, repo_model: str | None) -> Path:
+    """The config.pbtxt --write changes: found and read before anything is measured, so a wrong --repo fails at
+    once, not after the search."""
+    path = model_config_file(model, repo_root, repo_model, " to write")
+    read_text(path)
     return path
 
 
-def _read(path: Path) -> str:
+def read_text(path: Path) -> str:
     try:
         return path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as err:
@@ -114,7 +120,7 @@ def write_config(path: Path, best) -> Path | None:
     from kubectl_triton.formats import pbtxt
     from kubectl_triton.perf import configedit
 
-    text = _read(path)
+    text = read_text(path)
     new = configedit.edit(text, str(path), best.instance_count, best.dynamic_batching,
                           max_batch_size=best.max_batch_size)
     if new == text:
