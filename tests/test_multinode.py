@@ -211,6 +211,53 @@ def test_validate_wants_the_lws_controller_installed_before_the_group(repo_copy)
     assert len(found) == 1 and "no Flux Kustomization of clusters/production installs the lws chart" in found[0].message
 
 
+LWS_OCI = {"apiVersion": "source.toolkit.fluxcd.io/v1", "kind": "OCIRepository", "metadata": {"name": "lws-chart"},
+           "spec": {"interval": "1h", "url": "oci://registry.k8s.io/lws/charts/lws", "ref": {"tag": "0.10.0"},
+                    "layerSelector": {"mediaType": "application/vnd.cncf.helm.chart.content.v1.tar+gzip",
+                                      "operation": "copy"}}}
+
+
+@pytest.mark.parametrize("url, installs", [
+    ("oci://registry.k8s.io/lws/charts/lws", True),  # the chart the lws docs install with helm
+    ("oci://ghcr.io/example/charts/keda", False),
+])
+def test_lws_installed_through_a_chart_ref_to_an_oci_repository(repo_copy, url, installs):
+    """HelmRelease.spec.chartRef (Flux 2.3 and later) to an OCIRepository of the lws chart installs the controller."""
+    infra = repo_copy / "clusters" / "production" / "infrastructure"
+    release = yamlio.load_all(infra / "helmrelease-lws.yaml")[0]
+    del release["spec"]["chart"]
+    release["spec"]["chartRef"] = {"kind": "OCIRepository", "name": "lws-chart"}
+    (infra / "helmrelease-lws.yaml").write_text(yamlio.dump_all([release]))
+    oci = copy.deepcopy(LWS_OCI)
+    oci["spec"]["url"] = url
+    (infra / "ocirepository-lws.yaml").write_text(yamlio.dump_all([oci]))
+    kust = infra / "kustomization.yaml"
+    kust.write_text(kust.read_text().replace("  - helmrelease-lws.yaml\n",
+                                             "  - helmrelease-lws.yaml\n  - ocirepository-lws.yaml\n"))
+    found = [f for f in gate.validate_repo(repo_copy) if f.code == "MultinodeControllerMissing"]
+    assert (found == []) == installs, [f.message for f in found]
+
+
+def test_lws_installed_from_the_release_manifests(repo_copy):
+    """The lws release's manifests (its CRD among them) applied by a Kustomization install the controller too."""
+    infra = repo_copy / "clusters" / "production" / "infrastructure"
+    kust = infra / "kustomization.yaml"
+    kust.write_text(kust.read_text().replace("  - helmrelease-lws.yaml\n", "  - lws-crd.yaml\n"))
+    crd = {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+           "metadata": {"name": "leaderworkersets.leaderworkerset.x-k8s.io"},
+           "spec": {"group": "leaderworkerset.x-k8s.io", "scope": "Namespaced",
+                    "names": {"kind": "LeaderWorkerSet", "plural": "leaderworkersets", "singular": "leaderworkerset",
+                              "listKind": "LeaderWorkerSetList"},
+                    "versions": [{"name": "v1", "served": True, "storage": True,
+                                  "schema": {"openAPIV3Schema": {"type": "object",
+                                                                 "x-kubernetes-preserve-unknown-fields": True}}}]}}
+    (infra / "lws-crd.yaml").write_text(yamlio.dump_all([crd]))
+    assert [f for f in gate.validate_repo(repo_copy) if f.code == "MultinodeControllerMissing"] == []
+    kust.write_text(kust.read_text().replace("  - lws-crd.yaml\n", ""))
+    assert [f.code for f in gate.validate_repo(repo_copy) if f.code == "MultinodeControllerMissing"] == [
+        "MultinodeControllerMissing"]
+
+
 def test_gpus_counts_nodes_that_can_host_a_whole_group(run_cli, api):  # noqa: F811
     from tests.test_gpus import gpu_pod, node
 

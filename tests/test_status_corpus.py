@@ -188,13 +188,18 @@ def build(api: APIServer, sc: dict) -> None:  # noqa: C901 - one branch per scen
     by_name = {o["kind"]: o for o in objs}
     for e in sc.get("events") or []:
         if e.get("object") == "LeaderWorkerSet":  # recorded by the lws controller (events.k8s.io recorder)
-            c.apply(group_event(lws, e["reason"], e["message"], type_=e.get("type", "Normal"),
-                                count=e.get("count", 1), age_s=e.get("age_s", 30),
-                                related=pods[e["related"]] if "related" in e else None))
+            gev = group_event(lws, e["reason"], e["message"], type_=e.get("type", "Normal"),
+                              count=e.get("count", 1), age_s=e.get("age_s", 30),
+                              related=pods[e["related"]] if "related" in e else None)
+            if "uid" in e:  # about an earlier set of the same name (deleted and applied again)
+                gev["regarding"]["uid"] = e["uid"]
+            c.apply(gev)
             continue
         target = pods[e["pod"]] if "pod" in e else by_name[e["object"]]
         ev = event(target, e["reason"], e["message"], type_=e.get("type", "Warning"), count=e.get("count", 1),
                    source=e.get("source", "kubelet"), age_s=e.get("age_s", 10))
+        if "field_path" in e:  # the kubelet's events name the container: spec.containers{NAME}
+            ev["involvedObject"]["fieldPath"] = e["field_path"]
         if e.get("api") == "events.k8s.io":  # the newer Event API's shape: the server stores it as core v1
             ev = {"apiVersion": "events.k8s.io/v1", "kind": "Event", "metadata": ev["metadata"],
                   "regarding": ev["involvedObject"], "note": ev["message"], "reason": ev["reason"],

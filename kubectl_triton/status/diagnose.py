@@ -11,7 +11,7 @@ import re
 from collections.abc import Iterable
 from datetime import datetime, timezone
 
-from kubectl_triton.status import signatures
+from kubectl_triton.status.containers import container_reasons, log_request
 from kubectl_triton.status.flux import flux_reasons, kustomizations_of
 from kubectl_triton.status.model import (
     FAILED,
@@ -29,8 +29,16 @@ from kubectl_triton.status.model import (
     Snapshot,
     parse_time,
 )
-from kubectl_triton.status.objects import condition, first_line, meta, ns_name
-from kubectl_triton.status.reasons import FIXES, reason
+from kubectl_triton.status.objects import (
+    condition,
+    container_statuses,
+    events_of,
+    first_line,
+    meta,
+    ns_name,
+    spec_container,
+)
+from kubectl_triton.status.reasons import reason
 from kubectl_triton.status.scheduling import UNSCHEDULABLE_GRACE_S, scheduling_reasons
 
 NAME_LABEL = "app.kubernetes.io/name"
@@ -42,18 +50,12 @@ ENGINE_BUILD_NAME = "triton-engine-build"  # base/engine-build's Job and its pod
 ENGINE_BUILD_SELECTOR = f"{NAME_LABEL}={ENGINE_BUILD_NAME}"
 POD_SELECTOR = f"{NAME_LABEL} in ({TRITON_NAME},{ENGINE_BUILD_NAME})"
 DEFAULT_HTTP_PORT = 8000
-CRASHES_BEFORE_GIVING_UP = 3  # a crash loop without a known signature is terminal after this many restarts
 
-_IMAGE_PULL = {"ImagePullBackOff", "ErrImagePull", "InvalidImageName", "ErrImageNeverPull"}
-_IMAGE_PULL_HOPELESS = re.compile(r"not found|manifest unknown|unauthorized|denied|invalid reference", re.I)
-_CONFIG_ERRORS = {"CreateContainerConfigError", "CreateContainerError"}
-_CRASH_WAITING = {"CrashLoopBackOff", "RunContainerError", "Error"}
 # spec.progressDeadlineSeconds that means "no deadline" (math.MaxInt32, extensions/v1beta1's default): the
 # Deployment controller then keeps no Progressing condition (pkg/controller/deployment/progress.go).
 NO_PROGRESS_DEADLINE = 2**31 - 1
 _HPA_METRIC_FAILURES = re.compile(r"FailedGet.*Metric|InvalidMetricSourceType|FailedComputeMetricsReplicas")
 _HPA_CONDITIONS_ANN = "autoscaling.alpha.kubernetes.io/conditions"  # autoscaling/v1's conditions
-_LIVENESS_KILL = re.compile(r"failed liveness probe", re.I)
 _FINISHED = {"Failed", "Succeeded"}
 
 # LeaderWorkerSet (kubernetes-sigs/lws api/leaderworkerset/v1): the labels its controller and pod webhook set on
@@ -123,7 +125,7 @@ def group_pods(lws: dict, pods: Iterable[dict], *, crashed_deleting: bool = Fals
 
 
 def _restarted(pod: dict) -> bool:
-    return any(int(c.get("restartCount") or 0) > 0 for c, _ in _container_statuses(pod))
+    return any(int(c.get("restartCount") or 0) > 0 for c, _ in container_statuses(pod))
 
 
 def _worker_index(pod: dict) -> int:
@@ -142,29 +144,6 @@ def _as_workload(lws: dict) -> dict:
     return {"metadata": meta(lws), "spec": {"template": _group_template(lws)}}
 
 
-def core_event(e: dict) -> dict:
-    """An Event in core v1's shape (involvedObject, message, count), whether it was read as v1 or as
-    events.k8s.io/v1 (regarding, note, deprecatedCount or series.count)."""
-    if "involvedObject" in e or "regarding" not in e:
-        return e
-    count = (e.get("series") or {}).get("count") or e.get("deprecatedCount") or 1
-    return {**e, "involvedObject": e.get("regarding") or {}, "message": e.get("note", ""), "count": count,
-            "source": {"component": e.get("reportingController", "")}}
-
-
-def events_of(obj: dict, events: Iterable[dict]) -> list[dict]:
-    """The events about `obj` (either Event API's shape), in core v1's shape."""
-    ns, name = ns_name(obj)
-    kind = obj.get("kind")
-    out = []
-    for e in map(core_event, events):
-        inv = e.get("involvedObject") or {}
-        if inv.get("name") == name and inv.get("kind") == kind and (meta(e).get("namespace") == ns
-                                                                     or inv.get("namespace") == ns):
-            out.append(e)
-    return out
-
-
 def hpa_of(deployment: dict, hpas: Iterable[dict]) -> dict | None:
     """The HPA whose scaleTargetRef is this Deployment (or LeaderWorkerSet)."""
     ns, name = ns_name(deployment)
@@ -174,20 +153,8 @@ def hpa_of(deployment: dict, hpas: Iterable[dict]) -> dict | None:
                  and ((h.get("spec") or {}).get("scaleTargetRef") or {}).get("name") == name), None)
 
 
-def _container_statuses(pod: dict) -> list[tuple[dict, bool]]:
-    status = pod.get("status") or {}
-    return ([(c, True) for c in status.get("initContainerStatuses") or []]
-            + [(c, False) for c in status.get("containerStatuses") or []])
-
-
-def _spec_container(pod: dict, name: str) -> dict:
-    spec = pod.get("spec") or {}
-    return next((c for c in (spec.get("containers") or []) + (spec.get("initContainers") or [])
-                 if c.get("name") == name), {})
-
-
 def _http_port(pod: dict) -> int:
-    ports = _spec_container(pod, TRITON_CONTAINER).get("ports") or []
+    ports = spec_container(pod, TRITON_CONTAINER).get("ports") or []
     return next((p["containerPort"] for p in ports if p.get("name") == "http"), DEFAULT_HTTP_PORT)
 
 
@@ -210,34 +177,6 @@ def expected_models(deployment_or_pod: dict) -> list[str]:
 
 # -- what the collector must fetch -----------------------------------------------------------------------
 
-def _unhealthy_count(pod: dict, events: list[dict]) -> int:
-    return sum(int(e.get("count") or 1) for e in events_of(pod, events) if e.get("reason") == "Unhealthy")
-
-
-def _log_request(pod: dict, cs: dict, events: list[dict]) -> LogRequest | None:
-    """The log to read for a failing container, or None when the container is not failing."""
-    if cs.get("ready"):
-        return None
-    ns, name = ns_name(pod)
-    state, last = cs.get("state") or {}, cs.get("lastState") or {}
-    restarts = int(cs.get("restartCount") or 0)
-    terminated = state.get("terminated")
-    if terminated and terminated.get("reason") != "Completed":
-        return LogRequest(ns, name, cs["name"], False, (meta(pod).get("uid"), cs["name"], restarts, "terminated"))
-    waiting = (state.get("waiting") or {}).get("reason")
-    if waiting in _CRASH_WAITING and last.get("terminated"):
-        return LogRequest(ns, name, cs["name"], True, (meta(pod).get("uid"), cs["name"], restarts, "previous"))
-    last_term = last.get("terminated") or {}
-    if state.get("running") and restarts and last_term and last_term.get("reason") != "Completed":
-        # restarted after a crash and not ready (yet): the cause is in the instance that died
-        return LogRequest(ns, name, cs["name"], True, (meta(pod).get("uid"), cs["name"], restarts, "previous"))
-    if state.get("running"):
-        unhealthy = _unhealthy_count(pod, events)
-        if unhealthy:  # probes fail: Triton may have logged why (e.g. a model that failed to load)
-            return LogRequest(ns, name, cs["name"], False,
-                              (meta(pod).get("uid"), cs["name"], restarts, "running", unhealthy))
-    return None
-
 
 def log_requests(snapshot: Snapshot) -> list[LogRequest]:
     """One log read per failing container of a Triton pod or an engine-build pod."""
@@ -248,8 +187,8 @@ def log_requests(snapshot: Snapshot) -> list[LogRequest]:
     pods += [p for lws in snapshot.lws for members in group_pods(lws, snapshot.pods, crashed_deleting=True).values()
              for p in members if (p.get("status") or {}).get("phase") not in _FINISHED]
     for pod in pods:
-        for cs, _ in _container_statuses(pod):
-            req = _log_request(pod, cs, snapshot.events)
+        for cs, _ in container_statuses(pod):
+            req = log_request(pod, cs, snapshot.events)
             if req:
                 out.append(req)
     return out
@@ -265,7 +204,7 @@ def probe_targets(snapshot: Snapshot) -> list[tuple[str, str, int, list[str]]]:
     for dep, pods in workloads:
         models = expected_models(dep)
         for pod in pods:
-            cs = next((c for c, init in _container_statuses(pod) if not init and c.get("name") == TRITON_CONTAINER),
+            cs = next((c for c, init in container_statuses(pod) if not init and c.get("name") == TRITON_CONTAINER),
                       None)
             if cs and (cs.get("state") or {}).get("running"):
                 out.append((*ns_name(pod), _http_port(pod), models))
@@ -444,120 +383,9 @@ def _pod_reasons(pod: dict, snap: Snapshot, now: datetime, grace: float,
     then each container's state, events and log."""
     events = events_of(pod, snap.events)
     out = scheduling_reasons(pod, events, now, grace, deadline_s)
-    for cs, init in _container_statuses(pod):
-        out += _container_reasons(pod, cs, init, events, snap)
+    for cs, init in container_statuses(pod):
+        out += container_reasons(pod, cs, init, events, snap, now, deadline_s)
     return out
-
-
-def _container_reasons(pod: dict, cs: dict, init: bool, events: list[dict], snap: Snapshot) -> list[Reason]:
-    _, pname = ns_name(pod)
-    cname = cs.get("name", "")
-    where = f"{'init container' if init else 'container'} {cname} of pod {pname}"
-    state, last = cs.get("state") or {}, cs.get("lastState") or {}
-    waiting = state.get("waiting") or {}
-    wreason, wmsg = waiting.get("reason"), (waiting.get("message") or "").strip()
-    restarts = int(cs.get("restartCount") or 0)
-    out: list[Reason] = []
-
-    log_sigs: list[Reason] = []
-    log_text: str | None = None
-    req = _log_request(pod, cs, snap.events)
-    if req is not None and req.target in snap.logs:
-        log_text = snap.logs[req.target]
-        log_sigs = signatures.match(log_text, container=cname, pod=pname)
-        which = "previous instance of " if req.previous else ""
-        log_sigs = [Reason(r.code, f"{which}{where}: {r.message}", r.fix, r.severity, r.terminal) for r in log_sigs]
-    out += log_sigs
-
-    terminated = state.get("terminated") or {}
-    last_term = last.get("terminated") or {}
-    # A container running and ready now: its lastState is history (an old OOM kill, a probe restart).
-    healed = bool(state.get("running")) and bool(cs.get("ready"))
-    running_again = bool(state.get("running")) and not cs.get("ready") and restarts > 0 and bool(last_term) \
-        and last_term.get("reason") != "Completed"
-    if "OOMKilled" in (terminated.get("reason"), last_term.get("reason")):
-        limit = ((_spec_container(pod, cname).get("resources") or {}).get("limits") or {}).get("memory")
-        if healed:
-            out.append(reason("OOMKilled", f"{where} was OOM-killed earlier (at {last_term.get('finishedAt', '?')}"
-                              f", restarts: {restarts}); it is running and ready since "
-                              f"{(state.get('running') or {}).get('startedAt', '?')}", SEV_WARNING))
-        else:
-            out.append(reason("OOMKilled", f"{where} was killed for exceeding its memory limit"
-                              + (f" ({limit})" if limit else "") + f"; restarts: {restarts}", SEV_FAILED,
-                              terminal=True))
-    liveness = [e for e in events if e.get("reason") == "Killing" and _LIVENESS_KILL.search(e.get("message") or "")
-                and f"Container {cname} " in (e.get("message") or "")]
-    if liveness and not healed and not init and last_term.get("reason") != "OOMKilled":
-        count = sum(int(e.get("count") or 1) for e in liveness)
-        unhealthy = next((e.get("message", "") for e in reversed(events) if e.get("reason") == "Unhealthy"
-                          and "liveness" in (e.get("message") or "").lower()), "")
-        code = last_term.get("exitCode")
-        out.append(reason("LivenessProbeKilled", f"{where} was restarted {count}x by its liveness probe"
-                          + (f" (exit code {code})" if code is not None else "") + (f": {unhealthy.strip()}"
-                                                                                   if unhealthy else ""),
-                          SEV_FAILED, terminal=count >= 2 and not log_sigs))
-    if wreason == "CrashLoopBackOff" or running_again:
-        code = last_term.get("exitCode")
-        detail = f"restarts: {restarts}" + (f", last exit code {code}" if code is not None else "") + \
-                 (f" ({last_term.get('reason')})" if last_term.get("reason") else "")
-        # a signature that waiting may cure (a lost worker, a worker that came up late) leaves the crash itself
-        # non-terminal too, so the signature stays first
-        terminal = any(r.terminal for r in log_sigs) or restarts >= CRASHES_BEFORE_GIVING_UP or "OOMKilled" in detail
-        if terminal and log_sigs:  # crashing past the limit: the signatures' causes are terminal now too
-            out = [Reason(r.code, r.message, r.fix, r.severity, True) if r in log_sigs else r for r in out]
-        quoted = signatures.error_lines(log_text) if log_text and not log_sigs else []
-        what = "keeps crashing" if wreason == "CrashLoopBackOff" else "crashed and runs again, not ready"
-        msg = f"{where} {what} ({detail})" + (": " + " / ".join(f'"{q}"' for q in quoted) if quoted else "")
-        sev = SEV_FAILED if wreason == "CrashLoopBackOff" or terminal or log_sigs else SEV_PROGRESSING
-        fix = FIXES["CrashLoopBackOff"] if log_sigs else _crash_fix(quoted, log_text)
-        out.append(Reason("CrashLoopBackOff", msg, fix, sev, terminal and sev == SEV_FAILED))
-    elif wreason in _IMAGE_PULL:
-        image = cs.get("image") or _spec_container(pod, cname).get("image", "")
-        hopeless = wreason != "ErrImagePull" or bool(_IMAGE_PULL_HOPELESS.search(wmsg))
-        out.append(reason("ImagePullBackOff", f"{where} cannot pull image {image}: {wreason}"
-                          + (f": {wmsg}" if wmsg else ""), SEV_FAILED if hopeless else SEV_PROGRESSING,
-                          terminal=hopeless))
-    elif wreason in _CONFIG_ERRORS:
-        out.append(reason("CreateContainerConfigError", f"{where} cannot be created: {wmsg or wreason}",
-                          SEV_FAILED, terminal=True))
-    elif terminated and terminated.get("reason") != "Completed" and not log_sigs and "OOMKilled" not in str(terminated):
-        quoted = signatures.error_lines(log_text) if log_text else []
-        out.append(Reason("CrashLoopBackOff", f"{where} exited with code {terminated.get('exitCode')} "
-                          f"({terminated.get('reason', 'Error')})"
-                          + (": " + " / ".join(f'"{q}"' for q in quoted) if quoted else ""),
-                          _crash_fix(quoted, log_text), SEV_FAILED if restarts >= 2 else SEV_PROGRESSING))
-    if state.get("running") and not cs.get("started", cs.get("ready")) and not init:
-        out += _startup_reasons(pod, cs, events, where)
-    return out
-
-
-def _crash_fix(quoted: list[str], log_text: str | None) -> str:
-    """CrashLoopBackOff's fix: point at the quoted lines when there are some, else say how to read the log."""
-    if quoted:
-        return FIXES["CrashLoopBackOff"]
-    if log_text is None:
-        return ("The log was not read here: read it with `kubectl logs --previous POD -c CONTAINER` and fix the "
-                "model or server arguments in git.")
-    return ("The log's last lines show no error: read more of it (`kubectl logs --previous POD -c CONTAINER`); "
-            "exit code 137 without OOMKilled means the container was killed (probe or eviction), 139 a crash.")
-
-
-def _startup_reasons(pod: dict, cs: dict, events: list[dict], where: str) -> list[Reason]:
-    failures = [e for e in events if e.get("reason") == "Unhealthy"
-                and "startup probe" in (e.get("message") or "").lower()]
-    if not failures:
-        return []
-    killed = any(e.get("reason") == "Killing" and "startup probe" in (e.get("message") or "").lower()
-                 for e in events)
-    probe = _spec_container(pod, cs.get("name", "")).get("startupProbe") or {}
-    budget = ""
-    if probe:
-        budget = f" (budget {int(probe.get('failureThreshold', 3)) * int(probe.get('periodSeconds', 10))}s)"
-    count = sum(int(e.get("count") or 1) for e in failures)
-    last = (failures[-1].get("message") or "").strip()
-    verdict = "was restarted for failing it" if killed else "still failing"
-    return [reason("StartupProbeFailing", f"{where}: startup probe {verdict}{budget}, {count} failures: {last}",
-                   SEV_FAILED if killed else SEV_PROGRESSING, terminal=killed)]
 
 
 def _probe_reasons(pod: dict, probe: Probe) -> list[Reason]:
@@ -726,7 +554,7 @@ def _group_reasons(lws: dict, group: int, pods: list[dict], pod_reasons: dict[st
     out: list[Reason] = []
     state = "Ready" if complete else "Starting"
     if leader is not None and size > 1 and not complete:
-        lcs = next((c for c, init in _container_statuses(leader) if not init and c.get("name") == TRITON_CONTAINER),
+        lcs = next((c for c, init in container_statuses(leader) if not init and c.get("name") == TRITON_CONTAINER),
                    {})
         lrunning = bool((lcs.get("state") or {}).get("running")) or (leader.get("status") or {}).get("phase") \
             == "Running" and not lcs

@@ -94,6 +94,10 @@ SITUATION_FIXES: dict[str, str] = {
     "group-restarting": "Nothing to change yet: the lws controller recreated the group after one of its pods "
                         "failed (RecreateGroupOnPodRestart) and the new group is starting; if it happens again, the "
                         "failing pod's cause is in its log while it runs (`kubectl logs -f POD`).",
+    "pull-transient": "The registry limits or fails pulls for now (a rate limit, an outage, a network failure) and "
+                      "the kubelet retries: authenticate pulls (an imagePullSecret raises Docker Hub's and NGC's "
+                      "limits), or mirror the image to a registry near the cluster and point the overlay's images "
+                      "at it.",
     "flux-reconciling": "Nothing to change yet: Flux is applying the revision (`status --wait` follows it); if it "
                         "stays so for long, `flux events --for Kustomization/NAME` shows what it waits for.",
 }

@@ -22,7 +22,8 @@ from kubectl_triton.gitops.labels import PRODUCT_LABEL as PRODUCT
 from kubectl_triton.gitops.model import Repository
 
 LWS_KIND, LWS_GROUP = "LeaderWorkerSet", "leaderworkerset.x-k8s.io"
-LWS_CHART = "lws"
+LWS_CHART = "lws"  # the chart's name, and the last segment of its OCI artifact (registry.k8s.io/lws/charts/lws)
+LWS_CRD = "leaderworkersets.leaderworkerset.x-k8s.io"
 SERVER = "tritonserver"
 GPU_RESOURCE = "nvidia.com/gpu"
 SHM_PER_GPU = 1 << 30  # bytes of /dev/shm per GPU of the pod, at least (NCCL's and the python backend's buffers)
@@ -51,7 +52,8 @@ OPENAI = register(
     "mode only (docs/openai.md)")
 CONTROLLER = register(
     "MultinodeControllerMissing", "error", "cluster",
-    "a Flux Kustomization applies a LeaderWorkerSet before (or without) the LWS controller's HelmRelease",
+    "a Flux Kustomization applies a LeaderWorkerSet before (or without) the LWS controller (its HelmRelease or "
+    "its release manifests)",
     "install the lws chart with a HelmRelease in the cluster's infrastructure and make the model's Flux "
     "Kustomization depend on it (dependsOn)")
 
@@ -224,12 +226,40 @@ def check_groups(root: Path, targets: Iterable[Any]) -> list[Finding]:
     return out
 
 
-def _installs_lws(objects: Iterable[Any]) -> bool:
+def _named(objects: Iterable[Any], kind: str, name: object, namespace: object) -> dict | None:
+    """The object of `kind` called `name` (in `namespace` where both say one)."""
     for o in objects:
-        if isinstance(o, dict) and o.get("kind") == "HelmRelease":
-            chart = _dict(_dict(_dict(_spec(o).get("chart")).get("spec"))).get("chart")
-            if chart == LWS_CHART:
+        if isinstance(o, dict) and o.get("kind") == kind and _dict(o.get("metadata")).get("name") == name:
+            ns = _dict(o.get("metadata")).get("namespace")
+            if not (ns and namespace) or ns == namespace:
+                return o
+    return None
+
+
+def _installs_lws(objects: Iterable[Any], sources: list[Any]) -> bool:
+    """Whether `objects` install the LWS controller: the release's manifests (its CRD), or a HelmRelease of the lws
+    chart, named in spec.chart or reached through spec.chartRef (an OCIRepository whose artifact is the chart,
+    oci://registry.k8s.io/lws/charts/lws, or a HelmChart), looked up among `sources` (the cluster's objects)."""
+    for o in objects:
+        if not isinstance(o, dict):
+            continue
+        if o.get("kind") == "CustomResourceDefinition" and _dict(o.get("metadata")).get("name") == LWS_CRD:
+            return True
+        if o.get("kind") != "HelmRelease":
+            continue
+        if _dict(_dict(_spec(o).get("chart")).get("spec")).get("chart") == LWS_CHART:
+            return True
+        ref = _dict(_spec(o).get("chartRef"))
+        namespace = ref.get("namespace") or _dict(o.get("metadata")).get("namespace")
+        source = _named(sources, str(ref.get("kind")), ref.get("name"), namespace) if ref else None
+        if source is None:
+            continue
+        if ref.get("kind") == "OCIRepository":
+            url = str(_spec(source).get("url") or "")
+            if url.rstrip("/").rsplit("/", 1)[-1] == LWS_CHART:
                 return True
+        elif _spec(source).get("chart") == LWS_CHART:  # a HelmChart
+            return True
     return False
 
 
@@ -244,7 +274,8 @@ def check_controller(root: Path, targets: Iterable[Any]) -> list[Finding]:
         def objects(ks: repo.FluxKustomization) -> list:
             return rendered.get(repo.relative(root, repo.resolved(root / ks.path)), [])
 
-        installers = {key for key, k in by_name.items() if _installs_lws(objects(k))}
+        everything = [o for k in kss for o in objects(k)]
+        installers = {key for key, k in by_name.items() if _installs_lws(objects(k), everything)}
         for ks in kss:
             found = groups(objects(ks))
             if not found:
@@ -264,7 +295,8 @@ def check_controller(root: Path, targets: Iterable[Any]) -> list[Finding]:
                 continue
             what = (f"it does not depend on {', '.join(n for _, n in sorted(installers))}, which installs the lws "
                     "chart: Flux may apply the group before the CRD exists" if installers else
-                    f"no Flux Kustomization of {repo.relative(root, cluster)} installs the lws chart (HelmRelease)")
+                    f"no Flux Kustomization of {repo.relative(root, cluster)} installs the lws chart (HelmRelease) "
+                    "or the lws release's manifests")
             out.append(CONTROLLER.finding(f"applies LeaderWorkerSet {object_id(found[0])} but {what}",
                                           path=repo.relative(root, ks.file), object=f"Kustomization/{ks.name}"))
     return out
