@@ -660,6 +660,11 @@ def llm_configs(opts: Options) -> dict[str, Any]:
         "exclude_input_in_output": "true",
         "enable_kv_cache_reuse": "false",
         "executor_worker_path": EXECUTOR_WORKER,
+        # read without a default from TensorRT-LLM 0.19 (Triton 25.05) on; empty keeps guided decoding off, and a
+        # config written for an earlier image then still loads after an upgrade
+        "tokenizer_dir": paths["tokenizer_dir"],
+        "xgrammar_tokenizer_info_path": "",
+        "guided_decoding_backend": "",
     })
 
     postprocessing = s.ModelConfig(name="postprocessing", backend="python", max_batch_size=mbs)

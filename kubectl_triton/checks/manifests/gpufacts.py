@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from kubectl_triton.checks.findings import Finding
-from kubectl_triton.checks.manifests import kvcapacity, vllm
+from kubectl_triton.checks.manifests import kvcapacity, tensorrtllm_release, vllm
 from kubectl_triton.checks.registry import register
 from kubectl_triton.compat.catalog import GPU, by_gfd_label, cc_tuple
 from kubectl_triton.compat.data import load
@@ -245,4 +245,7 @@ def check(root: Path, targets: list[Any]) -> list[Finding]:
                 out.extend(vllm.check(root, root / Path(served.path).parent, release(placement.image),
                                       placement.gpus_per_pod, sizing.arch if sizing else None, placement.overlay,
                                       oid, served.name, served.meta, _gpu(placement)))
+            if served is not None and served.meta.get("backend") == "tensorrtllm":
+                out.extend(tensorrtllm_release.check(root, root / Path(served.path).parent, release(placement.image),
+                                                     placement.overlay, oid, served.name))
     return out

@@ -76,6 +76,9 @@ def check_parameters(config: Any) -> Iterator[Issue]:
     params = {key: p.string_value for key, p in config.parameters.items()}
     for key, spec in data["mandatory"].items():
         hint = f"(fill_template.py variable '{spec['template']}', {spec['what']})"
+        other = params.get(spec.get("or", ""))
+        if (key not in params or PLACEHOLDER.search(params[key])) and other and not PLACEHOLDER.search(other):
+            continue  # an encoder-only model; the image's release decides (manifests/tensorrtllm_release.py)
         if key not in params:
             yield Issue(TRTLLM_PARAMETER,
                         f"tensorrtllm model {name} is missing mandatory parameter '{key}' {hint}",
