@@ -43,6 +43,7 @@ from tune_models import write_model  # noqa: E402
 
 from kubectl_triton.perf import PerfError, inputs, search  # noqa: E402
 from kubectl_triton.perf.loadgen import LevelResult  # noqa: E402
+from kubectl_triton.perf.target import HttpTarget  # noqa: E402
 
 TRUTH = ROOT / "bench" / "results" / "tune-heldout"
 CONCURRENCY = 16
@@ -144,7 +145,6 @@ def bounds(truth: dict) -> dict[str, float]:
 
 def sweep(names: list[str], duration_s: float, warmup_s: float, out: Path) -> None:
     from kubectl_triton.adapters.tritonserver import TritonServer
-    from kubectl_triton.perf.target import HttpTarget
 
     out.mkdir(parents=True, exist_ok=True)
     chosen = [s for s in specs() if (s.name in names if names else not (out / f"{s.name}.json").exists())]
@@ -332,6 +332,17 @@ def report(rows: list[dict]) -> None:
         worst = f"{r['worst']:.0%}" if r.get("worst") is not None and r["exists"] else "-"
         print(f"{r['model']:12}{r['part']:>8}{r['objective']:>12}{b:>8}{r['measured']:>5}/{r['space']:<4}{sc:>7}"
               f"{worst:>7}  {r['chosen']} / {r['best']}")
+    side = [r for r in rows if r["exists"] and r.get("paired")]
+    if side:
+        ratios = [r["paired"]["ratio"] for r in side]
+        print(f"paired re-measurement (chosen / best, side by side, ABBA): {len(side)} runs, min "
+              f"{min(ratios):.1%}, mean {statistics.mean(ratios):.1%}"
+              f", below 95%: {sum(r['paired']['ratio'] < 0.95 for r in side)}, of which more than two standard errors "
+              f"below: {sum(r['paired']['ratio'] + 2 * r['paired']['se'] < 0.95 for r in side)}")
+        for r in side:
+            if r["paired"]["ratio"] < 1.0:
+                print(f"  {r['model']:12}{r['objective']:>12}  {r['paired']['ratio']:.1%} ± {r['paired']['se']:.1%}"
+                      f"  (sweep: {r['score']:.1%})")
     scores = [r["score"] for r in rows if r["exists"]]
     if scores:
         below = [r for r in rows if r["exists"] and r["score"] < 0.95]
@@ -343,7 +354,28 @@ def report(rows: list[dict]) -> None:
 
 # -- live ---------------------------------------------------------------------------------------------------
 
-def live(root: Path, duration: str, names: list[str], part: str) -> list[dict]:
+def paired(target: HttpTarget, reqs: list, original: dict, chosen: search.Candidate, best: search.Candidate,
+           rounds: int, duration_s: float) -> dict:
+    """The chosen setting against the truth's best, measured side by side on the same server right after the run:
+    `rounds` windows each, in ABBA order (a slow drift of the machine cancels), so the ratio has neither the sweep's
+    winner's curse (the best of 63 noisy means is biased up) nor the hours between the sweep and the run. Returns the
+    ratio of their mean throughputs and its standard error (delta method over the windows' spread)."""
+    got: dict[search.Candidate, list[float]] = {chosen: [], best: []}
+    with search.guard() as g:
+        run = search.TuneRun(target, reqs, CONCURRENCY, duration_s, 0.4, original, g)
+        try:
+            for k in range(rounds):
+                for c in ((best, chosen) if k % 2 == 0 else (chosen, best)):
+                    got[c].append(run.measure(c).throughput)
+        finally:
+            run.restore()
+    a, b = statistics.mean(got[chosen]), statistics.mean(got[best])
+    rel_se = math.hypot(statistics.stdev(got[chosen]) / a, statistics.stdev(got[best]) / b) / math.sqrt(rounds)
+    return {"ratio": round(a / b, 3), "se": round(a / b * rel_se, 3), "chosen_windows": [round(x, 1) for x in
+            got[chosen]], "best_windows": [round(x, 1) for x in got[best]]}
+
+
+def live(root: Path, duration: str, names: list[str], part: str, rounds: int = 0) -> list[dict]:
     from kubectl_triton.adapters.tritonserver import TritonServer
 
     docs = [d for d in load_truth(root, part) if not names or d["model"] in names]
@@ -366,9 +398,20 @@ def live(root: Path, duration: str, names: list[str], part: str) -> list[dict]:
                     found = json.loads(proc.stdout)
                     best = _candidate(found["best"]["config"]) if found["best"] else None
                     _, top = truth.best(bound)
+                    top_c = truth.best(bound)[0]
+                    side = None
+                    if rounds and best is not None and top_c is not None and truth.score(best, bound) > 0:
+                        if truth.canonical(best) == top_c:
+                            side = {"ratio": 1.0, "se": 0.0}
+                        else:
+                            target = HttpTarget(server.http_url, doc["model"])
+                            original = target.config()
+                            side = paired(target, inputs.generate(inputs.input_specs(original)), original,
+                                          truth.canonical(best), top_c, rounds, float(duration.rstrip("s")))
                     rows.append({"model": doc["model"], "part": part, "objective": label, "bound_ms": bound,
                                  "measured": found["measurements"], "space": found["space"],
                                  "score": round(truth.score(best, bound), 3), "exists": top > 0,
+                                 "paired": side,
                                  "tie": float(truth.tie(best, bound)),
                                  "exit": proc.returncode, "stderr": proc.stderr.strip() or None,
                                  "seconds": round(time.monotonic() - t0, 1),
@@ -389,6 +432,8 @@ def main() -> None:
     ap.add_argument("--truth", type=Path, default=TRUTH)
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--seeds", type=int, default=0, help="replay: shuffled window orders besides the recorded one")
+    ap.add_argument("--paired", type=int, default=0,
+                    help="live: windows of the chosen and of the truth's best each, measured side by side after a run")
     args = ap.parse_args()
     names = [n for n in args.models.split(",") if n]
     if args.what == "list":
@@ -399,7 +444,7 @@ def main() -> None:
         sweep(names, float(args.duration.rstrip("s")), 0.4, args.truth)
         return
     rows = run_replay(args.set, args.truth, args.seeds) if args.what == "replay" else \
-        live(args.truth, args.duration, names, args.set)
+        live(args.truth, args.duration, names, args.set, args.paired)
     report(rows)
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1) + "\n")

@@ -200,13 +200,16 @@ GOODPUT = ("--protocol", "grpc", "--objective", "goodput", "--concurrency", "16"
 
 def test_goodput_tune_finds_the_batch_that_meets_the_targets_and_writes_it(run_cli, llm_server, gitops):
     before = served(llm_server)
+    # One instance: on two cores the python backend's own CPU work, not the device lock, bounds the stub, so 4
+    # sequences on each of 2 instances tie with 8 on one (12.5 against 12.0 good requests/s seen): a tie is no
+    # test of the search. A search over two knobs: test_search_climbs_to_the_peak_within_budget_and_skips_...
     res = run_cli("tune", "llm", "--url", grpc(llm_server), *GOODPUT, *TARGETS,
-                  "--param", "max_num_seqs=2,4,8,16", "--max-trials", "6", "--write", "--repo", str(gitops),
-                  "-o", "json")
+                  "--param", "max_num_seqs=2,4,8,16", "--instances", "1", "--max-trials", "6", "--write",
+                  "--repo", str(gitops), "-o", "json")
     assert res.exit_code == 0, res.stderr
     doc = json.loads(res.stdout)
     assert doc["objective"] == "goodput" and doc["targets"] == {"max_ttft_ms": 750.0, "max_itl_ms": 17.5}
-    assert [k["name"] for k in doc["knobs"]] == ["max_num_seqs", "instance_count"] and doc["space"] == 8
+    assert [k["name"] for k in doc["knobs"]] == ["max_num_seqs", "instance_count"] and doc["space"] == 4
     base, best = doc["baseline"], doc["best"]
     assert base["setting"] == {"max_num_seqs": "4", "instance_count": "1"}
     trials = json.dumps(doc["trials"], indent=0)
