@@ -17,8 +17,8 @@ it), then held-out sets of every shape drawn one after another, each scored befo
 
 Run:
     .venv/bin/python bench/tune_heldout.py sweep [--models NAME,...]
-    .venv/bin/python bench/tune_heldout.py replay [--set dev|heldout|heldout2..heldout5|all] [--seeds N]
-    .venv/bin/python bench/tune_heldout.py live [--set ...] [--json FILE]
+    .venv/bin/python bench/tune_heldout.py replay [--set dev|heldout|heldout2..heldout6|all] [--seeds N]
+    .venv/bin/python bench/tune_heldout.py live [--set ...] [--json FILE] [--paired N]
 """
 
 from __future__ import annotations
@@ -112,7 +112,8 @@ def specs() -> list[Spec]:
 swept before the search was changed in view of set B's figures, and scored only once that change was done (it
 was worse there, and changed again in view of all three sets); set D, `heldout4` (the fifth draw), was drawn and
 swept then, and scored only once that second change was done; set E, `heldout5` (the sixth draw), was drawn and swept
-a session later, with that search unchanged, and scored once."""
+a session later, with that search unchanged, and scored once; set F, `heldout6` (the seventh draw), likewise two
+sessions later, scored once with `live --paired` (the search still unchanged)."""
     rng = random.Random(SEED)
     out = []
     for k, part in enumerate(("dev", "heldout")):
@@ -121,7 +122,7 @@ a session later, with that search unchanged, and scored once."""
             out.append(Spec(f"{shape}{k + 1}", shape, part, doc, costs, mbs))
     doc, costs, mbs = _draw("mixed", rng)
     out.append(Spec("mixed2", "mixed", "heldout", doc, costs, mbs))
-    for k, part in ((3, "heldout2"), (4, "heldout3"), (5, "heldout4"), (6, "heldout5")):
+    for k, part in ((3, "heldout2"), (4, "heldout3"), (5, "heldout4"), (6, "heldout5"), (7, "heldout6")):
         for shape in (*SHAPES, "mixed"):
             doc, costs, mbs = _draw(shape, rng)
             out.append(Spec(f"{shape}{k}", shape, part, doc, costs, mbs))
@@ -427,7 +428,7 @@ def main() -> None:
     ap.add_argument("what", choices=("sweep", "replay", "live", "list"))
     ap.add_argument("--models", default="")
     ap.add_argument("--set", default="dev",
-                    choices=("dev", "heldout", "heldout2", "heldout3", "heldout4", "heldout5", "all"))
+                    choices=("dev", "heldout", "heldout2", "heldout3", "heldout4", "heldout5", "heldout6", "all"))
     ap.add_argument("--duration", default="1.5s")
     ap.add_argument("--truth", type=Path, default=TRUTH)
     ap.add_argument("--json", type=Path, default=None)

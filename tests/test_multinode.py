@@ -239,7 +239,8 @@ def test_lws_installed_through_a_chart_ref_to_an_oci_repository(repo_copy, url, 
 
 
 def test_lws_installed_from_the_release_manifests(repo_copy):
-    """The lws release's manifests (its CRD among them) applied by a Kustomization install the controller too."""
+    """The lws release's manifests (its CRD and its controller's Deployment) applied by a Kustomization install the
+    controller too; the CRD alone (a crds/ folder) reconciles nothing."""
     infra = repo_copy / "clusters" / "production" / "infrastructure"
     kust = infra / "kustomization.yaml"
     kust.write_text(kust.read_text().replace("  - helmrelease-lws.yaml\n", "  - lws-crd.yaml\n"))
@@ -252,10 +253,17 @@ def test_lws_installed_from_the_release_manifests(repo_copy):
                                   "schema": {"openAPIV3Schema": {"type": "object",
                                                                  "x-kubernetes-preserve-unknown-fields": True}}}]}}
     (infra / "lws-crd.yaml").write_text(yamlio.dump_all([crd]))
+    missing = [f.code for f in gate.validate_repo(repo_copy) if f.code == "MultinodeControllerMissing"]
+    assert missing == ["MultinodeControllerMissing"]  # the CRD without its controller
+    controller = {"apiVersion": "apps/v1", "kind": "Deployment",
+                  "metadata": {"name": "lws-controller-manager", "namespace": "lws-system"},
+                  "spec": {"selector": {"matchLabels": {"control-plane": "controller-manager"}},
+                           "template": {"metadata": {"labels": {"control-plane": "controller-manager"}},
+                                        "spec": {"containers": [{"name": "manager",
+                                                                 "image": "registry.k8s.io/lws/lws:v0.6.1"}]}}}}
+    (infra / "lws-controller.yaml").write_text(yamlio.dump_all([controller]))
+    kust.write_text(kust.read_text().replace("  - lws-crd.yaml\n", "  - lws-crd.yaml\n  - lws-controller.yaml\n"))
     assert [f for f in gate.validate_repo(repo_copy) if f.code == "MultinodeControllerMissing"] == []
-    kust.write_text(kust.read_text().replace("  - lws-crd.yaml\n", ""))
-    assert [f.code for f in gate.validate_repo(repo_copy) if f.code == "MultinodeControllerMissing"] == [
-        "MultinodeControllerMissing"]
 
 
 def test_gpus_counts_nodes_that_can_host_a_whole_group(run_cli, api):  # noqa: F811

@@ -34,6 +34,8 @@ BASE = {"gpt_model_type": "inflight_fused_batching", "gpt_model_path": "/engines
     ({"gpt_model_type": "v1", "encoder_model_path": "/engines/t5-encoder"}, "0.11.0", []),
     ({"gpt_model_type": "v1", "encoder_model_path": "/engines/t5-encoder"}, "0.10.0",
      ["Cannot find parameter with name: gpt_model_path"]),
+    ({"gpt_model_type": "v1", "gpt_model_path": "${engine_dir}", "encoder_model_path": "/engines/enc"}, "0.10.0",
+     ["Cannot find parameter with name: gpt_model_path"]),  # no encoder support before 0.11: an engine to open
     ({"gpt_model_type": "v1", "gpt_model_path": "${engine_dir}"}, "0.16.0",
      ["Both encoder and decoder model paths are empty"]),
     ({**BASE, **GUIDED, "decoding_mode": "lookahead", "lookahead_window_size": "4"}, "0.19.0",
@@ -45,6 +47,22 @@ def test_release_rules(params, version, found):
     assert len(got) == len(found), got
     for text, expected in zip(got, found, strict=True):
         assert expected in text, got
+
+
+@pytest.mark.parametrize("params, found", [
+    ({"gpt_model_type": "v1", "encoder_model_path": "/engines/enc"}, []),  # encoder-only: no finding
+    ({"gpt_model_type": "v1", "encoder_model_path": "/engines/enc", "gpt_model_path": "${engine_dir}"},
+     [("TRTLLMPlaceholder", "warning", "loads as encoder-only")]),  # a half-filled encoder-decoder template
+    ({"gpt_model_type": "v1", "gpt_model_path": "${engine_dir}"}, [("TRTLLMPlaceholder", None, "unfilled")]),
+    ({"gpt_model_type": "v1"}, [("TRTLLMParameter", None, "missing mandatory parameter 'gpt_model_path'")]),
+])
+def test_model_level_engine_paths(params, found):
+    text = 'name: "tensorrt_llm"\nbackend: "tensorrtllm"\n' + "".join(
+        f'parameters {{ key: "{k}" value: {{ string_value: "{v}" }} }}\n' for k, v in params.items())
+    issues = list(check_parameters(pbtxt.parse(text, "config.pbtxt")))
+    assert [(i.check.code, i.severity) for i in issues] == [(c, s) for c, s, _ in found], [i.message for i in issues]
+    for issue, (_, _, words) in zip(issues, found, strict=True):
+        assert words in issue.message
 
 
 def _params(text: str) -> dict[str, str]:

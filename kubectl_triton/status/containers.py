@@ -1,17 +1,24 @@
 """A container's own reasons: its state (waiting, crashed, OOM-killed, pulling), its events and its log.
 
-Image pulls: a cause no retry can cure (the image or tag does not exist, the registry refuses the credentials, an
-invalid reference) is Failed at once. A cause a later attempt may not meet (a registry's rate limit or outage, a
-network failure: the kubelet retries with a back-off of up to 5 min) is Progressing until the pull has failed for
-longer than the rollout can wait: the Deployment's progressDeadlineSeconds, or PULL_RETRY_S for a workload without
-one. The cause is in the waiting message (kubelet 1.31 on appends the last pull error to "Back-off pulling image")
-and in the kubelet's `Failed` event ("Failed to pull image ...: <error>"); where neither says, Failed at once.
+Image pulls, by the cause (read in the waiting message, where kubelet 1.31 on appends the last pull error to
+"Back-off pulling image", and in the kubelet's latest `Failed` event, "Failed to pull image ...: <error>"; quoted
+image references and URLs left out, so a tag like `build-500` says nothing):
+- one no retry cures (the image or tag does not exist, the registry refuses the credentials, an invalid reference):
+  Failed at once;
+- one a later attempt may not meet (a registry's rate limit or outage, a network failure; the kubelet retries with a
+  back-off of up to 5 min): Progressing until the pull has failed for longer than the rollout can wait — the
+  Deployment's progressDeadlineSeconds, or PULL_RETRY_S for a workload without one (none set, MaxInt32, a
+  LeaderWorkerSet) — then Failed;
+- an unknown one: Progressing on the first attempt (ErrImagePull), Failed once the kubelet backs off
+  (ImagePullBackOff: most such pulls never succeed), but `--wait` gives up only past the same deadline.
+A failed pull is dated by the kubelet's first Failed event, else by when the container could start pulling (its
+init containers' end, else the pod's start), never by the pod's creation (it may have waited for a node).
 """
 
 from __future__ import annotations
 
 import re
-from datetime import datetime
+from datetime import datetime, timezone
 
 from kubectl_triton.status import signatures
 from kubectl_triton.status.model import (
@@ -28,15 +35,20 @@ from kubectl_triton.status.reasons import FIXES, reason
 
 CRASHES_BEFORE_GIVING_UP = 3  # a crash loop without a known signature is terminal after this many restarts
 _IMAGE_PULL = {"ImagePullBackOff", "ErrImagePull", "InvalidImageName", "ErrImageNeverPull"}
-_IMAGE_PULL_HOPELESS = re.compile(r"not found|manifest unknown|unauthorized|denied|invalid reference|"
-                                  r"no match for platform", re.I)
-# a registry's rate limit or outage, a network failure: containerd's and the registries' own words (real kubelet
-# events: docs/status.md, "Image pulls")
-_IMAGE_PULL_TRANSIENT = re.compile(r"toomanyrequests|too many requests|\b429\b|\b50[0234]\b|bad gateway|"
-                                   r"service unavailable|gateway time-?out|internal server error|i/o timeout|"
-                                   r"tls handshake timeout|timeout exceeded|deadline exceeded|context canceled|"
-                                   r"connection (?:refused|reset)|unexpected EOF|no such host|"
-                                   r"temporary failure in name resolution|network is unreachable", re.I)
+_IMAGE_PULL_HOPELESS = re.compile(r"manifest unknown|manifest for \S+ not found|failed to resolve reference.*not found|"
+                                  r"repository \S*\s*(?:does not exist|not found)|pull access denied|unauthorized|"
+                                  r"denied|invalid reference|no match for platform", re.I)
+# a registry's rate limit or outage, a network failure: containerd's, Go's and the registries' own words (real
+# kubelet events: tests/fixtures/status_corpus/pulls.yaml)
+_IMAGE_PULL_TRANSIENT = re.compile(r"toomanyrequests|\b429 Too Many Requests|status(?: code)?:?\s*50[0234]\b|"
+                                   r"\b50[0234] (?:Internal|Bad|Service|Gateway)|bad gateway|service unavailable|"
+                                   r"gateway time-?out|i/o timeout|tls handshake timeout|timeout exceeded|"
+                                   r"deadline exceeded|context canceled|connection (?:refused|reset|timed out)|"
+                                   r"no route to host|network is unreachable|server misbehaving|"
+                                   r"temporary failure in name resolution|unexpected EOF|: EOF\b|GOAWAY|"
+                                   r"use of closed network connection|broken pipe|pull QPS exceeded", re.I)
+_QUOTED_OR_URL = re.compile(r'"[^"]*"|https?://\S+')
+_COMBINED = "(combined from similar events): "  # client-go's event aggregator's prefix
 PULL_RETRY_S = 600.0  # a Deployment's default progressDeadlineSeconds
 _CONFIG_ERRORS = {"CreateContainerConfigError", "CreateContainerError"}
 CRASH_WAITING = {"CrashLoopBackOff", "RunContainerError", "Error"}
@@ -182,18 +194,22 @@ def _startup_reasons(pod: dict, cs: dict, events: list[dict], where: str) -> lis
 
 
 def _pull_failures(cs: dict, init: bool, events: list[dict]) -> list[dict]:
-    """The kubelet's "Failed to pull image" events about this container (by its fieldPath, else by the image)."""
+    """The kubelet's "Failed to pull image" events about this container (by its fieldPath, else by the image),
+    oldest first by when they last happened."""
     path = f"spec.{'initContainers' if init else 'containers'}{{{cs.get('name', '')}}}"
     image = cs.get("image") or ""
     out = []
     for e in events:
-        msg = e.get("message") or ""
+        msg = (e.get("message") or "").removeprefix(_COMBINED)
         if e.get("reason") != "Failed" or not msg.startswith("Failed to pull image"):
             continue
         field = (e.get("involvedObject") or {}).get("fieldPath")
         if field == path or (not field and image and f'"{image}"' in msg):
             out.append(e)
-    return out
+    return sorted(out, key=lambda e: _last_time(e) or _EPOCH)
+
+
+_EPOCH = datetime.min.replace(tzinfo=timezone.utc)
 
 
 def _first_time(e: dict) -> datetime | None:
@@ -201,34 +217,50 @@ def _first_time(e: dict) -> datetime | None:
                       or meta(e).get("creationTimestamp"))
 
 
+def _last_time(e: dict) -> datetime | None:
+    return parse_time(e.get("lastTimestamp") or (e.get("series") or {}).get("lastObservedTime")
+                      or e.get("eventTime") or meta(e).get("creationTimestamp"))
+
+
+def _pull_start(pod: dict, init: bool) -> datetime | None:
+    """When the container could start pulling: its init containers' end (a main container's), else the pod's start
+    (the kubelet's), else its scheduling."""
+    status = pod.get("status") or {}
+    if not init:
+        ends = [parse_time(((c.get("state") or {}).get("terminated") or {}).get("finishedAt"))
+                for c in status.get("initContainerStatuses") or []]
+        known = [t for t in ends if t is not None]
+        if known:
+            return max(known)
+    scheduled: dict = next((c for c in status.get("conditions") or [] if c.get("type") == "PodScheduled"), {})
+    return parse_time(status.get("startTime")) or parse_time(scheduled.get("lastTransitionTime"))
+
+
 def _image_pull_reason(pod: dict, cs: dict, init: bool, where: str, events: list[dict], now: datetime,
                        deadline_s: float | None) -> Reason:
-    """ImagePullBackOff: Failed at once for a cause no retry cures (or an unknown one), Progressing for a
-    transient one until it has lasted longer than the rollout can wait (see the module's docstring)."""
+    """ImagePullBackOff by its cause (see the module's docstring)."""
     waiting = (cs.get("state") or {}).get("waiting") or {}
     wreason, wmsg = waiting.get("reason", ""), (waiting.get("message") or "").strip()
     image = cs.get("image") or spec_container(pod, cs.get("name", "")).get("image", "")
     failures = _pull_failures(cs, init, events)
-    said = (failures[-1].get("message") or "").strip() if failures else ""
-    cause = f"{wmsg} {said}"
+    said = (failures[-1].get("message") or "").removeprefix(_COMBINED).strip() if failures else ""
+    cause = _QUOTED_OR_URL.sub(" ", f"{wmsg} {said}")
     text = f"{where} cannot pull image {image}: {wreason}" + (f": {wmsg}" if wmsg else "")
     if said and said not in wmsg:
         text += f" (kubelet: {said})"
     if wreason in ("InvalidImageName", "ErrImageNeverPull") or _IMAGE_PULL_HOPELESS.search(cause):
         return reason("ImagePullBackOff", text, SEV_FAILED, terminal=True)
-    if not _IMAGE_PULL_TRANSIENT.search(cause):
-        if wreason == "ErrImagePull" and not said:  # the first attempt failed; its cause comes with the next
-            return reason("ImagePullBackOff", text, SEV_PROGRESSING)
-        return reason("ImagePullBackOff", text, SEV_FAILED, terminal=True)
+    transient = bool(_IMAGE_PULL_TRANSIENT.search(cause))
     starts = [t for t in map(_first_time, failures) if t is not None]
-    since = min(starts) if starts else parse_time(meta(pod).get("creationTimestamp"))
-    waited = None if since is None else max(0.0, (now - since).total_seconds())
+    since = min(starts) if starts else _pull_start(pod, init)
+    waited = 0.0 if since is None else max(0.0, (now - since).total_seconds())
     budget = PULL_RETRY_S if deadline_s is None else deadline_s
     attempts = sum(int(e.get("count") or 1) for e in failures)
     tried = f"{attempts} failed attempt{'s' if attempts != 1 else ''}" if attempts else "failing"
-    if waited is not None and waited < budget:
+    if waited >= budget:
+        return reason("ImagePullBackOff", f"{text}; {tried}, longer than the rollout waits ({int(budget)}s)",
+                      SEV_FAILED, terminal=True, situation="pull-transient" if transient else None)
+    if transient:
         return reason("ImagePullBackOff", f"{text}; {tried} in {int(waited)}s, a cause a retry may not meet: the "
                       f"kubelet retries", SEV_PROGRESSING, situation="pull-transient")
-    over = f"longer than the rollout waits ({int(budget)}s)" if waited is not None else "since when is unknown"
-    return reason("ImagePullBackOff", f"{text}; {tried}, {over}", SEV_FAILED, terminal=True,
-                  situation="pull-transient")
+    return reason("ImagePullBackOff", text, SEV_PROGRESSING if wreason == "ErrImagePull" else SEV_FAILED)

@@ -245,7 +245,7 @@ def check(root: Path, targets: list[Any]) -> list[Finding]:
                 out.extend(vllm.check(root, root / Path(served.path).parent, release(placement.image),
                                       placement.gpus_per_pod, sizing.arch if sizing else None, placement.overlay,
                                       oid, served.name, served.meta, _gpu(placement)))
-            if served is not None and served.meta.get("backend") == "tensorrtllm":
+            if served is not None:  # the tensorrtllm configs of any model folder (an ensemble's, a BLS front's)
                 out.extend(tensorrtllm_release.check(root, root / Path(served.path).parent, release(placement.image),
                                                      placement.overlay, oid, served.name))
     return out

@@ -24,6 +24,7 @@ from kubectl_triton.gitops.model import Repository
 LWS_KIND, LWS_GROUP = "LeaderWorkerSet", "leaderworkerset.x-k8s.io"
 LWS_CHART = "lws"  # the chart's name, and the last segment of its OCI artifact (registry.k8s.io/lws/charts/lws)
 LWS_CRD = "leaderworkersets.leaderworkerset.x-k8s.io"
+LWS_IMAGE = "lws/lws"  # the controller's image, registry.k8s.io/lws/lws:vX (the release's manifests.yaml)
 SERVER = "tritonserver"
 GPU_RESOURCE = "nvidia.com/gpu"
 SHM_PER_GPU = 1 << 30  # bytes of /dev/shm per GPU of the pod, at least (NCCL's and the python backend's buffers)
@@ -236,15 +237,32 @@ def _named(objects: Iterable[Any], kind: str, name: object, namespace: object) -
     return None
 
 
+def _is_lws_controller(obj: Any) -> bool:
+    """The lws release manifests' controller: a Deployment running registry.k8s.io/lws/lws (any registry mirror)."""
+    if not isinstance(obj, dict) or obj.get("kind") != "Deployment":
+        return False
+    pod = _dict(_dict(_spec(obj).get("template")).get("spec"))
+    for c in _list(pod.get("containers")):
+        name = str(_dict(c).get("image") or "").split("@")[0]
+        head, _, last = name.rpartition("/")
+        if f"/{head}/{last.split(':')[0]}".endswith(f"/{LWS_IMAGE}"):
+            return True
+    return False
+
+
 def _installs_lws(objects: Iterable[Any], sources: list[Any]) -> bool:
-    """Whether `objects` install the LWS controller: the release's manifests (its CRD), or a HelmRelease of the lws
-    chart, named in spec.chart or reached through spec.chartRef (an OCIRepository whose artifact is the chart,
-    oci://registry.k8s.io/lws/charts/lws, or a HelmChart), looked up among `sources` (the cluster's objects)."""
+    """Whether `objects` install the LWS controller: the release's manifests (its CRD and its controller), or a
+    HelmRelease of the lws chart, named in spec.chart or reached through spec.chartRef (an OCIRepository whose
+    artifact is the chart, oci://registry.k8s.io/lws/charts/lws, or a HelmChart), looked up among `sources` (the
+    cluster's objects)."""
+    objects = list(objects)
+    crd = any(isinstance(o, dict) and o.get("kind") == "CustomResourceDefinition"
+              and _dict(o.get("metadata")).get("name") == LWS_CRD for o in objects)
+    if crd and any(_is_lws_controller(o) for o in objects):  # the CRDs alone reconcile nothing
+        return True
     for o in objects:
         if not isinstance(o, dict):
             continue
-        if o.get("kind") == "CustomResourceDefinition" and _dict(o.get("metadata")).get("name") == LWS_CRD:
-            return True
         if o.get("kind") != "HelmRelease":
             continue
         if _dict(_dict(_spec(o).get("chart")).get("spec")).get("chart") == LWS_CHART:
@@ -290,8 +308,7 @@ def check_controller(root: Path, targets: Iterable[Any]) -> list[Finding]:
                 for dep in _list(_spec(by_name[key].obj).get("dependsOn")):
                     if isinstance(dep, dict):
                         todo.append((str(dep.get("namespace", key[0])), str(dep.get("name"))))
-            seen.discard((ks.namespace, ks.name))
-            if seen & installers:
+            if seen & installers:  # its own Flux Kustomization counts: Flux applies CRDs before the objects of them
                 continue
             what = (f"it does not depend on {', '.join(n for _, n in sorted(installers))}, which installs the lws "
                     "chart: Flux may apply the group before the CRD exists" if installers else

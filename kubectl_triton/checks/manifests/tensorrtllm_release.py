@@ -72,7 +72,7 @@ def problems(params: dict[str, str], version: tuple[int, ...]) -> list[str]:
     for rule in rules["required"]:
         if not _holds(rule, version):
             continue
-        missing = [k for k in rule["keys"] if k not in params]
+        missing = [k for k in rule["keys"] if k not in params or (rule.get("filled") and not _filled(params[k]))]
         if missing:
             what = f" ({rule['what']})" if rule.get("what") else ""
             out.append(f"no parameter {', '.join(missing)}{what}: \"{rule['error'].format(key=missing[0])}\"")

@@ -1,8 +1,9 @@
 """Rules for models served by the `tensorrtllm` backend (TensorRT-LLM's in-flight batcher).
 
 The parameter catalog lives in kubectl_triton/data/tensorrtllm.yaml: mandatory parameters must be
-present, filled and typed; optional ones may stay an unfilled `${...}` template placeholder (the
-backend then uses its default) but a filled value of the wrong type is a warning.
+present, filled and typed (or stood in for by their `or`: an encoder-only model's encoder_model_path); optional
+ones may stay an unfilled `${...}` template placeholder (the backend then uses its default) but a filled value of
+the wrong type is a warning. What depends on the image's release: checks/manifests/tensorrtllm_release.py.
 """
 
 from __future__ import annotations
@@ -78,7 +79,13 @@ def check_parameters(config: Any) -> Iterator[Issue]:
         hint = f"(fill_template.py variable '{spec['template']}', {spec['what']})"
         other = params.get(spec.get("or", ""))
         if (key not in params or PLACEHOLDER.search(params[key])) and other and not PLACEHOLDER.search(other):
-            continue  # an encoder-only model; the image's release decides (manifests/tensorrtllm_release.py)
+            # an encoder-only model (the image's release decides whether it loads: manifests/tensorrtllm_release.py)
+            if key in params:  # but a template left half-filled is more likely an encoder-decoder model
+                yield Issue(TRTLLM_PLACEHOLDER,
+                            f"parameter '{key}' of tensorrtllm model {name} is an unfilled template placeholder "
+                            f"'{params[key]}' {hint}: with '{spec['or']}' set the model loads as encoder-only; fill "
+                            "it for an encoder-decoder model, or remove it", _param(key), params[key], WARNING)
+            continue
         if key not in params:
             yield Issue(TRTLLM_PARAMETER,
                         f"tensorrtllm model {name} is missing mandatory parameter '{key}' {hint}",
