@@ -396,6 +396,7 @@ def live(root: Path, duration: str, names: list[str], part: str, rounds: int = 0
                            str(CONCURRENCY), "--duration", duration, *obj, "-o", "json"]
                     t0 = time.monotonic()
                     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+                    seconds = round(time.monotonic() - t0, 1)  # the run alone, not the paired windows after it
                     found = json.loads(proc.stdout)
                     best = _candidate(found["best"]["config"]) if found["best"] else None
                     _, top = truth.best(bound)
@@ -415,7 +416,7 @@ def live(root: Path, duration: str, names: list[str], part: str, rounds: int = 0
                                  "paired": side,
                                  "tie": float(truth.tie(best, bound)),
                                  "exit": proc.returncode, "stderr": proc.stderr.strip() or None,
-                                 "seconds": round(time.monotonic() - t0, 1),
+                                 "seconds": seconds,
                                  "chosen": best.describe() if best else None,
                                  "best": truth.best(bound)[0].describe() if top else None,  # type: ignore
                                  "command": " ".join(cmd[1:])})

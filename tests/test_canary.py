@@ -5,6 +5,7 @@ what they render to (HTTPRoute validated against the bundled Gateway API schema)
 from __future__ import annotations
 
 import difflib
+import shutil
 from pathlib import Path
 
 import pytest
@@ -160,6 +161,83 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(tr, repo_copy, args, me
     assert res.exit_code == 2 and message in res.stderr, res.stderr
     assert len([ln for ln in res.stderr.splitlines() if ln.startswith("error:")]) == 1
     assert snapshot(repo_copy) == before
+
+
+def _python_version(root: Path, tm: str, version: int) -> None:
+    folder = root / "models" / "ensemble-pipeline" / tm
+    (folder / str(version)).mkdir()
+    (folder / str(version) / "model.py").write_text((folder / "1" / "model.py").read_text())
+
+
+@pytest.mark.parametrize("args, message", [
+    (("--stable-version", "-3"), "--stable-version -3: Triton versions are positive integers"),
+    (("--stable-version", "0"), "--stable-version 0: Triton versions are positive integers"),
+    (("--stable-version", "2"), "that is the canary's version"),
+    (("--stable-version", "5"), "models/ensemble-pipeline/preprocessor/5/ is not committed"),
+])
+def test_a_stable_version_triton_cannot_serve_is_refused(tr, repo_copy, args, message):
+    _python_version(repo_copy, "preprocessor", 2)
+    before = snapshot(repo_copy)
+    res = tr("canary", "ensemble-pipeline", "--version", "2", "--weight", "10", "--triton-model", "preprocessor",
+             *args)
+    assert res.exit_code == 2 and message in res.stderr, res.stderr
+    assert snapshot(repo_copy) == before
+
+
+def test_the_stable_track_keeps_the_version_triton_serves(tr, repo_copy):
+    """Versions 1, 2 and 3 committed and no pin: Triton's latest policy serves 3, so a canary of 2 keeps the stable
+    track on 3 (not on 1, the highest below the canary)."""
+    for v in (2, 3):
+        _python_version(repo_copy, "preprocessor", v)
+    res = tr("canary", "ensemble-pipeline", "--version", "2", "--weight", "10", "--triton-model", "preprocessor")
+    assert res.exit_code == 0, res.stderr
+    config = (repo_copy / "models" / "ensemble-pipeline" / "preprocessor" / "config.pbtxt").read_text()
+    assert "version_policy: { specific: { versions: [ 3 ] } }" in config
+
+
+def test_a_second_canary_of_another_triton_model_names_it_on_the_route(tr, repo_copy):
+    for tm in ("preprocessor", "postprocessor"):
+        _python_version(repo_copy, tm, 2)
+    assert tr("canary", "ensemble-pipeline", "--version", "2", "--weight", "10", "--triton-model",
+              "preprocessor").exit_code == 0
+    assert tr("promote", "ensemble-pipeline").exit_code == 0
+    res = tr("canary", "ensemble-pipeline", "--version", "2", "--weight", "10", "--triton-model", "postprocessor")
+    assert res.exit_code == 0, res.stderr
+    route = yamlio.load_all(repo_copy / "overlays" / "ensemble-pipeline" / "route" / "httproute.yaml")[0]
+    ann = route["metadata"]["annotations"]
+    assert (ann["triton.kubectl.io/triton-model"], ann["triton.kubectl.io/stable-version"],
+            ann["triton.kubectl.io/canary-version"]) == ("postprocessor", "1", "2")
+    assert route_check(repo_copy) == []
+
+
+def test_the_route_goes_to_the_namespace_of_the_layout(tr, repo_copy):
+    layout = repo_copy / "kubectl-triton.yaml"
+    layout.write_text(layout.read_text() + "namespace: ml\n")
+    res = tr("canary", MODEL, "--version", "2", "--weight", "10")
+    assert res.exit_code == 0, res.stderr
+    kust = yamlio.load_all(repo_copy / "overlays" / MODEL / "route" / "kustomization.yaml")[0]
+    assert kust["namespace"] == "ml"
+
+
+def test_promote_with_the_component_kustomization_named_yml(tr, repo_copy):
+    comp = repo_copy / "overlays" / MODEL / "model"
+    (comp / "kustomization.yaml").rename(comp / "kustomization.yml")
+    assert tr("canary", MODEL, "--version", "2", "--weight", "10").exit_code == 0
+    res = tr("promote", MODEL)
+    assert res.exit_code == 0, res.stderr
+
+
+def test_promote_in_a_cluster_that_does_not_run_the_canary_is_refused(tr, repo_copy):
+    """The canary folder is shared by the clusters: ending it from another cluster would leave the one that runs it
+    with a Flux Kustomization of a deleted folder."""
+    shutil.copytree(repo_copy / "clusters" / "production", repo_copy / "clusters" / "staging")
+    assert tr("canary", MODEL, "--version", "2", "--weight", "10", "--cluster", "staging").exit_code == 0
+    before = snapshot(repo_copy)
+    for command in ("promote", "abort"):
+        res = tr(command, MODEL, "--cluster", "production")
+        assert res.exit_code == 2 and "clusters/staging/models/" in res.stderr, res.stderr
+        assert snapshot(repo_copy) == before
+    assert tr("abort", MODEL, "--cluster", "staging").exit_code == 0
 
 
 def test_second_canary_is_refused(tr, repo_copy):

@@ -6,6 +6,7 @@ import json
 import os
 import re
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -25,7 +26,11 @@ def git(cwd: Path, *args: str) -> str:
 
 @pytest.fixture
 def git_repo(repo_copy: Path, monkeypatch) -> Path:
-    """The example repository committed once on `main` in a fresh git repository."""
+    """The example repository committed once on `main` in a fresh git repository; diff's temporary folders go to a
+    folder of this test's own (`_temp_dirs` then sees no other test's)."""
+    private = repo_copy.parent / "tmp"
+    private.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(private))
     git(repo_copy, "init", "-q", "-b", "main")
     git(repo_copy, "add", ".")
     git(repo_copy, "commit", "-q", "-m", "seed")
@@ -38,8 +43,6 @@ def _worktrees(root: Path) -> list[str]:
 
 
 def _temp_dirs() -> set[str]:
-    import tempfile
-
     return {p.name for p in Path(tempfile.gettempdir()).glob("kubectl-triton-diff-*")}
 
 
@@ -86,6 +89,29 @@ def test_image_change_rolls_but_replicas_do_not():
     out = diff.diff_cluster("p", base, _snap(_dep("c", image="nvcr.io/nvidia/tritonserver:25.01-py3")))
     assert out.rolls[0].reasons == ["template.spec.containers[tritonserver].image: "
                                     "nvcr.io/nvidia/tritonserver:24.12-py3 → nvcr.io/nvidia/tritonserver:25.01-py3"]
+
+
+def _lws(cm: str, worker_image: str = "nvcr.io/nvidia/tritonserver:24.12-trtllm-python-py3") -> dict:
+    def pod(image: str) -> dict:
+        return {"spec": {"containers": [{"name": "tritonserver", "image": image}],
+                         "volumes": [{"name": "model-config", "configMap": {"name": cm}}]}}
+    return {"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
+            "metadata": {"name": "m-triton-group", "namespace": "triton"},
+            "spec": {"replicas": 1, "leaderWorkerTemplate": {
+                "size": 2, "leaderTemplate": pod("nvcr.io/nvidia/tritonserver:24.12-trtllm-python-py3"),
+                "workerTemplate": pod(worker_image)}}}
+
+
+def test_a_leaderworkerset_rolls_with_either_pod_template():
+    """A multi-node model's group is recreated when its leader's or its workers' template changes."""
+    base = _snap(_lws("m-config-aaaaaaaaaa"), _obj("ConfigMap", "m-config-aaaaaaaaaa", data={"k": "1"}))
+    head = _snap(_lws("m-config-bbbbbbbbbb"), _obj("ConfigMap", "m-config-bbbbbbbbbb", data={"k": "2"}))
+    [roll] = diff.diff_cluster("production", base, head).rolls
+    assert roll.object == "LeaderWorkerSet/triton/m-triton-group"
+    assert roll.reasons == ["ConfigMap m-config changed (m-config-aaaaaaaaaa → m-config-bbbbbbbbbb)"] * 2
+    out = diff.diff_cluster("p", _snap(_lws("c")), _snap(_lws("c", worker_image="x:2")))
+    assert out.rolls[0].reasons == ["leaderWorkerTemplate.workerTemplate.spec.containers[tritonserver].image: "
+                                    "nvcr.io/nvidia/tritonserver:24.12-trtllm-python-py3 → x:2"]
 
 
 def test_added_and_removed_objects_and_api_version_bump_is_a_change():
@@ -354,3 +380,11 @@ def test_not_a_git_repository(repo_copy: Path, run_cli, monkeypatch):
     monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(repo_copy.parent))
     res = run_cli("diff", str(repo_copy))
     assert res.exit_code == 2 and res.stderr.count("\n") <= 2 and "Traceback" not in res.stderr
+    assert "not a git repository" in res.stderr and "fetch-depth" not in res.stderr, res.stderr
+
+
+def test_a_repository_without_a_commit(repo_copy: Path, run_cli, monkeypatch):
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(repo_copy.parent))
+    git(repo_copy, "init", "-q", "-b", "main")
+    res = run_cli("diff", str(repo_copy))
+    assert res.exit_code == 2 and "no commit yet" in res.stderr and "Traceback" not in res.stderr, res.stderr

@@ -30,6 +30,7 @@ from kubectl_triton.formats.yamledit import _yaml, edit_resources, resources_of
 from kubectl_triton.formats.yamlio import load_all, loads_all
 from kubectl_triton.gitops import inferencepool
 from kubectl_triton.gitops.assembly import version_folder
+from kubectl_triton.gitops.files import kustomization_file
 from kubectl_triton.gitops.labels import (
     ANN_CANARY_VERSION,
     ANN_STABLE_VERSION,
@@ -49,6 +50,7 @@ ROUTE_DIR = "route"
 HTTP_PORT = 8000
 DEFAULT_GATEWAY = "triton-gateway"
 KEEP = ".gitkeep"
+MAX_SERVICE_NAME = 63  # a DNS-1035 label
 _NOT_GPU = ("model", ROUTE_DIR)
 
 
@@ -111,6 +113,12 @@ class Facts:
     model_yaml: dict = field(default_factory=dict)
     overlay_files: dict[str, tuple[str, ...]] = field(default_factory=dict)  # overlay -> its files
     layout: Layout = field(default_factory=Layout)
+    kustomizations: dict[str, str] = field(default_factory=dict)  # overlay -> its kustomization file (any name)
+    elsewhere: dict[str, list[str]] = field(default_factory=dict)  # overlay -> Flux files of other clusters for it
+
+    def kustomization(self, variant: str) -> str:
+        """The repository-relative kustomization file of one overlay (kustomization.yaml when it has none yet)."""
+        return self.kustomizations.get(variant) or f"{self.overlay(variant)}/kustomization.yaml"
 
     @property
     def flux_dir(self) -> str:
@@ -171,21 +179,32 @@ def read_facts(root: Path, model: str, cluster: str | None) -> Facts:
                                  if p.is_file() and "__pycache__" not in p.parts)) for v in versions}
         tms[folder.name] = TritonModel(folder.name, rel, config.platform == "ensemble",
                                        config.backend or config.platform, tuple(versions), files)
-    overlays = tuple(sorted(p.parent.name for p in odir.glob("*/kustomization.yaml")))
+    kustomizations = {p.name: f.relative_to(root).as_posix() for p in sorted(odir.iterdir()) if p.is_dir()
+                      and (f := kustomization_file(p)) is not None}
+    overlays = tuple(sorted(kustomizations))
     overlay_files = {o: tuple(sorted(p.relative_to(root).as_posix() for p in (odir / o).rglob("*")
                                      if p.is_file() or p.is_symlink())) for o in overlays}
-    for o in overlays:
-        read(f"{layout.overlay_dir(model, o)}/kustomization.yaml")
+    for rel in kustomizations.values():
+        read(rel)
     kfile = f"{layout.cluster_models_dir(cluster_name)}/kustomization.yaml"
     ktext = read(kfile) or ""
     registered = {}
+    elsewhere: dict[str, list[str]] = {}
     prefix = f"./{layout.overlay_dir(model)}/"
-    for fk in flux_kustomizations(root, root / layout.cluster_dir(cluster_name)):
+    here = root / layout.cluster_dir(cluster_name)
+    own = flux_kustomizations(root, here)
+    others = [fk for fk in flux_kustomizations(root, tolerant=True)  # another cluster's malformed file is not ours
+              if not fk.file.resolve().is_relative_to(here.resolve())]
+    for fk in own + others:
         path = fk.path.rstrip("/")
-        if path.startswith(prefix) and "/" not in path[len(prefix):]:
-            rel = fk.file.relative_to(root).as_posix()
+        if not (path.startswith(prefix) and "/" not in path[len(prefix):]):
+            continue
+        rel = fk.file.relative_to(root).as_posix()
+        if fk in own:
             registered[path[len(prefix):]] = rel
             read(rel)
+        else:
+            elsewhere.setdefault(path[len(prefix):], []).append(rel)
     for name in ("httproute.yaml", "kustomization.yaml", "inferencepool.yaml"):
         read(f"{layout.overlay_dir(model, ROUTE_DIR)}/{name}")
     meta_text = read(f"{layout.model_dir(model)}/{MODEL_METADATA}")
@@ -195,7 +214,7 @@ def read_facts(root: Path, model: str, cluster: str | None) -> Facts:
         meta = docs[0] if docs and isinstance(docs[0], dict) else {}
     return Facts(model=model, cluster=cluster_name, triton_models=tms, texts=texts, overlays=overlays,
                  registered=registered, flux_entries=tuple(resources_of(ktext, kfile)), model_yaml=meta,
-                 overlay_files=overlay_files, layout=layout)
+                 overlay_files=overlay_files, layout=layout, kustomizations=kustomizations, elsewhere=elsewhere)
 
 
 # ---- choices ------------------------------------------------------------------------------------------
@@ -250,21 +269,31 @@ def _config(facts: Facts, tm: TritonModel) -> Any:
 
 
 def stable_version(facts: Facts, tm: TritonModel, canary: int, requested: int | None) -> tuple[int, bool]:
-    """The version the stable track serves and whether config.pbtxt already pins it."""
+    """The version the stable track serves and whether config.pbtxt already pins it: the pinned one, else
+    `requested` (--stable-version), else what Triton's `latest` policy serves today (the highest committed version
+    other than the canary's), else model.yaml's `version`, else 1."""
     kind, versions = served_versions(_config(facts, tm))
+    if requested is not None:
+        if requested < 1:
+            raise InputError(f"--stable-version {requested}: Triton versions are positive integers")
+        if requested == canary:
+            raise InputError(f"--stable-version {requested}: that is the canary's version (--version)")
+        if tm.versions and requested not in tm.versions:
+            raise InputError(f"--stable-version {requested}: {facts.model_dir}/{tm.name}/{requested}/ is not "
+                             f"committed (versions: {', '.join(map(str, tm.versions))})")
     if kind == "specific" and len(versions) == 1:
         if requested is not None and requested != versions[0]:
             raise InputError(f"--stable-version {requested}: {tm.config_rel} pins version {versions[0]}")
         return versions[0], True
+    if requested is not None:
+        return requested, False
     if kind != "latest" or versions != [1]:
         raise InputError(f"{tm.config_rel}: the stable track serves several versions ({kind} policy); pin "
                          "one with 'version_policy: { specific: { versions: [ N ] } }' or pass --stable-version")
-    if requested is not None:
-        return requested, False
-    older = [v for v in tm.versions if v < canary]
+    others = [v for v in tm.versions if v != canary]
     meta = facts.model_yaml.get("version")
-    if older:
-        return max(older), False
+    if others:
+        return max(others), False
     if isinstance(meta, int) and meta != canary:
         return meta, False
     return 1, False
@@ -291,7 +320,7 @@ def canary_kustomization(facts: Facts, gpu: str, tm: TritonModel, version: int, 
         f"Traffic split: {facts.route_rel}. Written by `kubectl triton canary`;",
         f"`kubectl triton promote {m}` or `kubectl triton abort {m}` removes this folder."])
     fields = Y.seq([Y.mapping(path="spec/selector/matchLabels", kind="ServiceMonitor", create=True)])
-    if "triton-multinode" in facts.texts.get(f"{facts.overlay(gpu)}/kustomization.yaml", ""):
+    if "triton-multinode" in facts.texts.get(facts.kustomization(gpu), ""):
         # A multi-node model's canary is a whole second group: its pod templates carry the canary labels too.
         fields += [Y.mapping(path=f"spec/leaderWorkerTemplate/{t}/metadata/labels", kind="LeaderWorkerSet",
                              create=True) for t in ("leaderTemplate", "workerTemplate")]
@@ -337,8 +366,8 @@ def route_files(facts: Facts, tm: TritonModel, gateway: str, stable: int, versio
             [(ANN_TRITON_MODEL, tm.name), (ANN_STABLE_VERSION, str(stable)), (ANN_CANARY_VERSION, str(version))])),
         spec=Y.mapping(parentRefs=Y.seq([Y.mapping(name=name, namespace=ns)]),
                        rules=Y.seq([Y.mapping(matches=matches, backendRefs=_flow_refs(split_line(m, weight)))])))
-    kust = Y.mapping(apiVersion="kustomize.config.k8s.io/v1beta1", kind="Kustomization", namespace="triton",
-                     resources=Y.seq(["httproute.yaml"]))
+    kust = Y.mapping(apiVersion="kustomize.config.k8s.io/v1beta1", kind="Kustomization",
+                     namespace=facts.layout.namespace, resources=Y.seq(["httproute.yaml"]))
     base = facts.overlay(ROUTE_DIR)
     return {f"{base}/kustomization.yaml": Y.dumps(kust), f"{base}/httproute.yaml": Y.dumps(route, header)}
 
@@ -394,8 +423,9 @@ def _split_rules(doc: Any, model: str, source: str) -> list[Any]:
 
 
 def route_set_split(text: str, model: str, weight: int | None, *, stable: int,
-                    canary: int | None, source: str) -> str:
-    """The route with its split rewritten: stable (+ canary at `weight`) and the version annotations."""
+                    canary: int | None, source: str, triton_model: str | None = None) -> str:
+    """The route with its split rewritten: stable (+ canary at `weight`) and the version annotations (and the Triton
+    model they are versions of, when a new canary names it)."""
     yaml, doc = _load(text, source)
     stable_name, canary_name, make_refs = _backends(doc, model)
     for rule in _split_rules(doc, model, source):
@@ -406,6 +436,8 @@ def route_set_split(text: str, model: str, weight: int | None, *, stable: int,
             raise InputError(f"{source}: a rule also sends traffic to {keep[0].get('name')}; edit it by hand")
     meta = _shaped(doc.setdefault("metadata", {}), dict, source, "metadata")
     ann = _shaped(meta.setdefault("annotations", {}), dict, source, "metadata.annotations")
+    if triton_model is not None:
+        ann[ANN_TRITON_MODEL] = triton_model
     ann[ANN_STABLE_VERSION] = _dq(str(stable))
     if canary is None:
         ann.pop(ANN_CANARY_VERSION, None)
@@ -518,7 +550,7 @@ def current(facts: Facts) -> Rollout | None:
     overlay = facts.canary_overlay
     if overlay is None:
         return None
-    krel = f"{facts.overlay(overlay)}/kustomization.yaml"
+    krel = facts.kustomization(overlay)
     docs = loads_all(facts.texts.get(krel, ""), krel)
     doc = docs[0] if docs and isinstance(docs[0], dict) else {}
     resources = _shaped(doc.get("resources"), list, krel, "resources")
@@ -554,6 +586,11 @@ def plan_start(facts: Facts, *, version: int, weight: int, gpu: str | None = Non
     if facts.canary_overlay is not None:
         raise InputError(f"{facts.model}: a canary is in progress (overlays/{facts.model}/{facts.canary_overlay});"
                          f" change its weight with --weight alone, or promote/abort it first")
+    service = service_name(facts.model, canary=True)
+    if len(service) > MAX_SERVICE_NAME:
+        raise InputError(f"{facts.model}: the canary's Service {service} would have {len(service)} characters, more "
+                         f"than a Service name may ({MAX_SERVICE_NAME}); a canary needs a model name of at most "
+                         f"{MAX_SERVICE_NAME - len(service) + len(facts.model)} characters")
     tm = pick_triton_model(facts, triton_model)
     gpu = pick_stable_gpu(facts, gpu)
     s, pinned = stable_version(facts, tm, version, stable)
@@ -581,7 +618,7 @@ def plan_start(facts: Facts, *, version: int, weight: int, gpu: str | None = Non
         canary_flux, canary_dir, timeout=_timeout(facts, gpu), layout=facts.layout)
     if facts.route_rel in facts.texts:
         files[facts.route_rel] = route_set_split(facts.texts[facts.route_rel], m, weight, stable=s, canary=version,
-                                                 source=facts.route_rel)
+                                                 source=facts.route_rel, triton_model=tm.name)
         files.update(_canary_pool_files(facts))
     else:
         files.update(route_files(facts, tm, gateway, s, version, weight))
@@ -667,6 +704,12 @@ def _end(facts: Facts, promote: bool) -> tuple[Plan, Rollout]:
     if ro is None:
         raise InputError(f"{facts.model}: no canary in progress (no {facts.overlay()}/*{SUFFIX}/)")
     m, files = facts.model, {}
+    others = facts.elsewhere.get(ro.canary_overlay, [])
+    if others:  # the canary folder is shared: ending it here would leave the other clusters' Flux pointing at nothing
+        where = "" if ro.canary_overlay in facts.registered else f", not in clusters/{facts.cluster}"
+        raise InputError(f"{facts.overlay(ro.canary_overlay)} is registered with Flux in {', '.join(others)}{where}",
+                         hint="promote or abort it with --cluster naming that cluster (and remove the other "
+                              "registrations by hand first when several clusters run it)")
     tm = facts.triton_models.get(ro.triton_model)
     if tm is None:
         raise InputError(f"{facts.overlay(ro.canary_overlay)}: Triton model {ro.triton_model} is not in "
@@ -674,7 +717,7 @@ def _end(facts: Facts, promote: bool) -> tuple[Plan, Rollout]:
     version = ro.canary if promote else ro.stable
     if promote:
         files[tm.config_rel] = set_version_policy(facts.texts[tm.config_rel], version, tm.config_rel)
-        comp = f"{facts.overlay(MODEL_COMPONENT)}/kustomization.yaml"
+        comp = facts.kustomization(MODEL_COMPONENT)
         entries = version_entries(tm, version, facts.overlay(MODEL_COMPONENT))
         if entries:
             new = component_add_files(facts.texts[comp], entries, comp)

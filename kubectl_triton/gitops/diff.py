@@ -32,7 +32,10 @@ from kubectl_triton.gitops.model import (
 from kubectl_triton.output.color import Style
 
 UNAPPLIED = "(no cluster)"  # overlays that no Flux Kustomization applies
-WORKLOADS = ("Deployment", "StatefulSet", "DaemonSet", "Job")  # a changed Job template: Flux recreates it
+WORKLOADS = ("Deployment", "StatefulSet", "DaemonSet", "Job", "LeaderWorkerSet")  # a changed Job: Flux recreates it
+# where each kind keeps its pod templates (a LeaderWorkerSet: the leader's and the workers')
+POD_TEMPLATES = {"LeaderWorkerSet": ("spec.leaderWorkerTemplate.leaderTemplate",
+                                     "spec.leaderWorkerTemplate.workerTemplate")}
 HASHED_KINDS = ("ConfigMap", "Secret")
 _HASH = re.compile(r"^(?P<stem>.+)-(?P<hash>[a-z0-9]{10})$")
 _ABSENT = object()
@@ -208,10 +211,12 @@ def diff_cluster(cluster: str, base: dict[Key, Entry], head: dict[Key, Entry]) -
 
 def roll_reasons(key: Key, before: dict, after: dict, renames: dict[str, str]) -> list[str]:
     """Why a workload's pods are replaced: one line per pod-template change (empty: no roll)."""
-    b_tpl = (before.get("spec") or {}).get("template")
-    a_tpl = (after.get("spec") or {}).get("template")
+    changes = []
+    for path in POD_TEMPLATES.get(key.kind, ("spec.template",)):
+        b_tpl, a_tpl = _at(before, path), _at(after, path)
+        changes += field_changes(b_tpl, a_tpl, path.removeprefix("spec."))
     reasons = []
-    for change in field_changes(b_tpl, a_tpl, "template"):
+    for change in changes:
         ref_kind = "ConfigMap" if change.path.endswith(".configMap.name") else \
             "Secret" if change.path.endswith(".secret.secretName") else None
         if ref_kind and isinstance(change.before, str) and \
@@ -222,6 +227,12 @@ def roll_reasons(key: Key, before: dict, after: dict, renames: dict[str, str]) -
         else:
             reasons.append(f"{change.path}: {short(change.before)} → {short(change.after)}")
     return reasons
+
+
+def _at(obj: object, path: str) -> object:
+    for part in path.split("."):
+        obj = obj.get(part) if isinstance(obj, dict) else None
+    return obj
 
 
 def diff(base: Snapshot, head: Snapshot) -> list[ClusterDiff]:
@@ -455,6 +466,15 @@ def git(cwd: Path, *args: str) -> str:
 def resolve_base(root: Path, ref: str) -> str:
     """The commit to compare with: the merge base of REF and HEAD (what a pull request changes), or REF itself
     when they share no history."""
+    try:
+        git(root, "rev-parse", "--git-dir")
+    except InputError:
+        raise InputError(f"{root}: not a git repository (diff compares the working tree with a commit)") from None
+    try:
+        git(root, "rev-parse", "--verify", "--quiet", "HEAD^{commit}")
+    except InputError:
+        raise InputError(f"{root}: the repository has no commit yet: commit once, then diff compares with it") \
+            from None
     try:
         commit = git(root, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
     except InputError as err:

@@ -26,7 +26,7 @@ def command(ctx: click.Context, repo_dir: Path | None, base_ref: str | None, out
     """Render every overlay and Flux path at the base ref (in a temporary git worktree) and in the working
     tree, and list per cluster the objects added, removed and changed, and the Deployments that will roll.
 
-    Exit 0 (1 with --exit-code when something changed); 1 when a folder did not render; 2 on bad input."""
+    Exit 0 (1 with --exit-code when something changed); 2 on bad input, or when a folder did not render."""
     from kubectl_triton.gitops.diff import compare, to_dict, to_markdown, to_text
     from kubectl_triton.gitops.model import Repository
     from kubectl_triton.output.color import current
@@ -46,5 +46,5 @@ def command(ctx: click.Context, repo_dir: Path | None, base_ref: str | None, out
     else:
         style = current()
         click.echo(to_text(report, style), color=True if style.on else None)
-    if report.errors or (exit_code and not report.empty):
+    if exit_code and not report.empty:
         raise click.exceptions.Exit(1)
