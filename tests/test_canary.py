@@ -154,6 +154,8 @@ def test_abort_restores_the_tree_but_the_pin_and_the_route(tr, repo_copy):
     (("canary", MODEL, "--version", "2", "--weight", "10", "--gateway", "a/b/C"), "--gateway"),
     (("promote", MODEL), "no canary in progress"),
     (("abort", MODEL), "no canary in progress"),
+    (("canary", "qwen25-7b", "--version", "2", "--weight", "10"),  # the vLLM backend reads N/model.json from git
+     "commit models/qwen25-7b/qwen25_7b/2/model.json first"),
 ])
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(tr, repo_copy, args, message):
     before = snapshot(repo_copy)
@@ -238,6 +240,33 @@ def test_promote_in_a_cluster_that_does_not_run_the_canary_is_refused(tr, repo_c
         assert res.exit_code == 2 and "clusters/staging/models/" in res.stderr, res.stderr
         assert snapshot(repo_copy) == before
     assert tr("abort", MODEL, "--cluster", "staging").exit_code == 0
+
+
+def test_a_gateway_that_would_be_ignored_is_refused(tr, repo_copy):
+    """Once the route exists (it outlives promote and abort) --gateway would change nothing: refused, not ignored."""
+    assert tr("canary", MODEL, "--version", "2", "--weight", "10").exit_code == 0
+    res = tr("canary", MODEL, "--weight", "20", "--gateway", "infra/other")
+    assert res.exit_code == 2 and "--gateway" in res.stderr
+    assert tr("abort", MODEL).exit_code == 0
+    before = snapshot(repo_copy)
+    res = tr("canary", MODEL, "--version", "2", "--weight", "10", "--gateway", "infra/other")
+    assert res.exit_code == 2 and "keeps its parentRefs" in res.stderr, res.stderr
+    assert snapshot(repo_copy) == before
+
+
+def test_a_keda_scaled_canary_scales_on_its_own_queue(tr, repo_copy):
+    res = tr("add-model", "kedam", "--backend", "onnxruntime", "--gpu", "l4", "--input", "input:FP32:3,224,224",
+             "--output", "probs:FP32:1000", "--autoscaler", "keda")
+    assert res.exit_code == 0, res.stderr
+    assert tr("canary", "kedam", "--version", "2", "--weight", "10").exit_code == 0
+    [stable] = by_kind(render(repo_copy, "overlays/kedam/l4"), "ScaledObject")
+    [canary] = by_kind(render(repo_copy, "overlays/kedam/l4-canary"), "ScaledObject")
+
+    def query(obj: dict, trigger: str) -> str:
+        return next(t["metadata"]["query"] for t in obj["spec"]["triggers"] if t["name"] == trigger)
+    assert 'service="kedam-triton"' in query(stable, "queue-compute-ratio")
+    assert 'service="kedam-triton-canary"' in query(canary, "queue-compute-ratio")
+    assert query(canary, "wake-up") == query(stable, "wake-up")  # the route both tracks share
 
 
 def test_second_canary_is_refused(tr, repo_copy):

@@ -334,6 +334,14 @@ def canary_kustomization(facts: Facts, gpu: str, tm: TritonModel, version: int, 
         resources=Y.seq([f"../{gpu}"]),
         configMapGenerator=Y.seq([Y.mapping(name="model-config", namespace=facts.layout.namespace, behavior="merge",
                                             files=Y.seq(files))]))
+    if "autoscaling/keda" in facts.texts.get(facts.kustomization(gpu), ""):
+        # the stable overlay wrote its own Service into the ScaledObject's queue query before this nameSuffix: the
+        # canary scales on its own queue (the wake-up trigger stays on the model's route, which both tracks share)
+        doc["replacements"] = Y.seq([Y.mapping(
+            source=Y.mapping(kind="Service", fieldPath="metadata.name"),
+            targets=Y.seq([Y.mapping(select=Y.mapping(kind="ScaledObject"),
+                                     fieldPaths=Y.seq(["spec.triggers.[name=queue-compute-ratio].metadata.query"]),
+                                     options=Y.mapping(delimiter='"', index=3))]))])
     return Y.dumps(doc, header)
 
 
@@ -598,10 +606,11 @@ def plan_start(facts: Facts, *, version: int, weight: int, gpu: str | None = Non
         raise InputError(f"--version {version}: the stable track already serves version {version}")
     m, files = facts.model, {}
     folder = f"{facts.model_dir}/{tm.name}/{version}"
+    committed = {"python": "model.py", "vllm": "model.json"}  # backends whose versions live in git, by file
+    if tm.backend in committed and f"{folder}/{committed[tm.backend]}" not in tm.version_files.get(version, ()):
+        raise InputError(f"--version {version}: commit {folder}/{committed[tm.backend]} first ({tm.backend} models "
+                         "keep their versions side by side in git)")
     if not tm.version_files.get(version):
-        if tm.backend == "python":
-            raise InputError(f"--version {version}: commit {folder}/model.py first (python models keep their "
-                             "versions side by side in git)")
         # Model files come from the artifact store; the committed folder declares the version, so the
         # assembled repository (and validate) have it and the pod links the artifacts into it.
         files[f"{folder}/{KEEP}"] = ""
@@ -617,6 +626,8 @@ def plan_start(facts: Facts, *, version: int, weight: int, gpu: str | None = Non
     files[f"{facts.flux_dir}/{canary_flux}.yaml"] = flux_kustomization(
         canary_flux, canary_dir, timeout=_timeout(facts, gpu), layout=facts.layout)
     if facts.route_rel in facts.texts:
+        if gateway != DEFAULT_GATEWAY:
+            raise InputError(f"--gateway {gateway}: {facts.route_rel} exists and keeps its parentRefs; edit them there")
         files[facts.route_rel] = route_set_split(facts.texts[facts.route_rel], m, weight, stable=s, canary=version,
                                                  source=facts.route_rel, triton_model=tm.name)
         files.update(_canary_pool_files(facts))

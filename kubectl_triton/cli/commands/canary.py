@@ -79,7 +79,8 @@ def command(model: str, weight: int, version: int | None, gpu: str | None, trito
         todo = plan_start(facts, version=version, weight=weight, gpu=gpu, triton_model=triton_model,
                           stable=stable_version, gateway=gateway)
     else:
-        for name, value in (("--gpu", gpu), ("--triton-model", triton_model), ("--stable-version", stable_version)):
+        for name, value in (("--gpu", gpu), ("--triton-model", triton_model), ("--stable-version", stable_version),
+                            ("--gateway", None if gateway == DEFAULT_GATEWAY else gateway)):
             if value is not None and facts.canary_overlay is not None:
                 raise click.UsageError(f"{name}: a canary is in progress; only --weight can change")
         todo = plan_weight(facts, weight, version)
