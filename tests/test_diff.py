@@ -198,6 +198,22 @@ def test_base_is_the_merge_base_of_a_branch(git_repo: Path, run_cli):
     assert any("25.01-py3" in reason for r in rolls for reason in r["reasons"])
 
 
+def test_a_kustomization_of_another_source_is_compared_not_built(git_repo: Path, run_cli):
+    """Its spec.path is a folder of another artifact (validate: FluxSourceNotChecked): the diff shows the object and
+    goes on, instead of refusing the whole repository."""
+    models = git_repo / "clusters" / "production" / "models"
+    (models / "shared-infra.yaml").write_text(
+        "apiVersion: kustomize.toolkit.fluxcd.io/v1\nkind: Kustomization\nmetadata:\n  name: shared-infra\n"
+        "  namespace: flux-system\nspec:\n  interval: 10m\n  path: ./deploy/prod\n  prune: true\n"
+        "  sourceRef:\n    kind: GitRepository\n    name: platform-repo\n")
+    kust = models / "kustomization.yaml"
+    kust.write_text(kust.read_text() + "  - shared-infra.yaml\n")
+    res = run_cli("diff", str(git_repo), "-o", "json")
+    assert res.exit_code == 0, res.stderr
+    added = [a["object"] for c in json.loads(res.stdout)["clusters"] for a in c["added"]]
+    assert "Kustomization/flux-system/shared-infra" in added, added
+
+
 def test_bad_ref_is_one_line_and_leaves_nothing_behind(git_repo: Path, run_cli):
     res = run_cli("diff", str(git_repo), "--base", "no-such-branch")
     assert res.exit_code == 2

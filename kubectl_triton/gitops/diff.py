@@ -347,14 +347,20 @@ def to_markdown(report: Report) -> str:
 # ------------------------------------------------------------------------------------------------ adapters
 
 
-def _flux_paths(root: Path, objects: list[dict]) -> tuple[list[Path], list[str]]:
-    """The buildable folders that the Flux Kustomizations among `objects` apply, and why others cannot be built
-    (a path outside the repository or missing: Flux would fail that Kustomization)."""
+def _flux_paths(root: Path, objects: list[dict], layout: Layout) -> tuple[list[Path], list[str]]:
+    """The buildable folders that the Flux Kustomizations of this repository's own source among `objects` apply,
+    and why others cannot be built (a path outside the repository or missing: Flux would fail that Kustomization).
+    A Kustomization of another source applies another artifact's path: not this repository's to compare."""
     top, out, problems = root.resolve(), [], []
     for obj in objects:
         api = str(obj.get("apiVersion", ""))
         if obj.get("kind") == "Kustomization" and api.startswith(FLUX_KUSTOMIZATION_API):
             spec: dict[str, Any] = obj["spec"] if isinstance(obj.get("spec"), dict) else {}
+            ref: dict[str, Any] = spec["sourceRef"] if isinstance(spec.get("sourceRef"), dict) else {}
+            meta: dict[str, Any] = obj["metadata"] if isinstance(obj.get("metadata"), dict) else {}
+            namespace = str(ref.get("namespace") or meta.get("namespace") or layout.source_namespace)
+            if not layout.is_own_source(str(ref.get("kind", "")), str(ref.get("name", "")), namespace):
+                continue
             rel = str(spec.get("path", "./"))
             path = (root / rel).resolve()
             name = (obj.get("metadata") or {}).get("name") if isinstance(obj.get("metadata"), dict) else None
@@ -373,9 +379,10 @@ def snapshots(roots: list[Path]) -> tuple[list[Snapshot], list[str]]:
     errors: list[str] = []
     done: list[set[tuple[str, Path]]] = [set() for _ in roots]
     todo: list[tuple[int, str, Path]] = []
+    layouts: list[Layout] = []
     for i, root in enumerate(roots):
-        try:
-            Layout.load(root)  # a malformed layout file: no comparison (exit 2), whichever side has it
+        try:  # a malformed layout file: no comparison (exit 2), whichever side has it
+            layouts.append(Layout.load(root))
         except InputError as err:
             raise InputError(f"cannot compare: {_side_problem(_side(i, roots), root, err)}") from None
         for folder in Repository.at(root, tolerant=True).clusters:  # a malformed file fails its render
@@ -406,7 +413,7 @@ def snapshots(roots: list[Path]) -> tuple[list[Snapshot], list[str]]:
             for obj in docs:
                 objects.setdefault(Key.of(obj), Entry(obj, rel))
             if cluster != UNAPPLIED:
-                paths, problems = _flux_paths(roots[i], docs)
+                paths, problems = _flux_paths(roots[i], docs, layouts[i])
                 nxt += [(i, cluster, p) for p in paths]
                 errors += [_side_problem(side, roots[i], f"{rel}: {problem}") for problem in problems]
         todo = nxt
