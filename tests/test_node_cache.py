@@ -466,16 +466,18 @@ def test_the_cluster_binds_admits_and_schedules_onto_cache_nodes_only(cluster, c
             cluster.add_gpu_node(name, "NVIDIA-A10G", 4)
             if cache:
                 cluster.kubectl("label", "node", name, "triton.kubectl.io/node-cache=true")
-        cluster.apply([namespace, *kept])
+        # The claim Bound before any pod asks for it: a pod the scheduler first sees with an unbound claim waits for
+        # its retry, which a loaded machine may push past the wait below.
+        cluster.apply([namespace, *[d for d in kept if d is not deployment]])
         cluster.wait_for("the claim Bound", lambda: cluster.get(
             "pvc", claim["metadata"]["name"], "-n", NAMESPACE)["status"].get("phase") == "Bound")
+        cluster.apply([deployment])
 
         def placed() -> tuple[list[str], str] | None:
             selector = f"app.kubernetes.io/instance={labels['app.kubernetes.io/instance']}"
             pods = cluster.get("pods", "-n", NAMESPACE, "-l", selector)["items"]
             where = sorted(p["spec"]["nodeName"] for p in pods if p["spec"].get("nodeName"))
             events = cluster.get("events", "-n", NAMESPACE, "--field-selector", "reason=FailedScheduling")["items"]
-            # (the first attempts may have seen the claim still unbound: the scheduler retries)
             why = next((e["message"] for e in events if "node affinity" in e["message"]), "")
             return (where, why) if len(pods) == 3 and len(where) == 2 and why else None
 
