@@ -156,8 +156,6 @@ def test_abort_restores_the_tree_but_the_pin_and_the_route(tr, repo_copy):
     (("abort", MODEL), "no canary in progress"),
     (("canary", "qwen25-7b", "--version", "2", "--weight", "10"),  # the vLLM backend reads N/model.json from git
      "commit models/qwen25-7b/qwen25_7b/2/model.json first"),
-    (("canary", "llama3-8b", "--version", "2", "--weight", "10", "--triton-model", "tensorrt_llm"),
-     "would serve the same engine on both tracks"),
 ])
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(tr, repo_copy, args, message):
     before = snapshot(repo_copy)

@@ -606,11 +606,6 @@ def plan_start(facts: Facts, *, version: int, weight: int, gpu: str | None = Non
         raise InputError(f"--version {version}: the stable track already serves version {version}")
     m, files = facts.model, {}
     folder = f"{facts.model_dir}/{tm.name}/{version}"
-    if tm.backend == "tensorrtllm":
-        raise InputError(f"--triton-model {tm.name}: a tensorrtllm model's versions all load the engine its "
-                         "gpt_model_path names (one per GPU overlay), so a version canary would serve the same "
-                         "engine on both tracks; canary a model in front of it (preprocessing, postprocessing) "
-                         "or roll a new engine out with a new overlay")
     committed = {"python": "model.py", "vllm": "model.json"}  # backends whose versions live in git, by file
     if tm.backend in committed and f"{folder}/{committed[tm.backend]}" not in tm.version_files.get(version, ()):
         raise InputError(f"--version {version}: commit {folder}/{committed[tm.backend]} first ({tm.backend} models "
