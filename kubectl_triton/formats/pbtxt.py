@@ -85,6 +85,21 @@ def to_dict(message: Any) -> dict[str, Any]:
     return json_format.MessageToDict(message, preserving_proto_field_name=True)
 
 
+def backend_configs(folder: Path, backend: str) -> list[tuple[Path, dict[str, Any]]]:
+    """(config.pbtxt, parsed as a dict) of the models in `folder` (a model repository) whose backend is `backend`;
+    a config that cannot be read or parsed is left out (the model checks report it)."""
+    out = []
+    for config in sorted(folder.glob("*/config.pbtxt")):
+        try:
+            text = config.read_text(encoding="utf-8")
+            parsed = to_dict(parse(text, str(config))) if backend in text else {}
+        except (OSError, UnicodeDecodeError, PbtxtError):
+            continue
+        if parsed.get("backend") == backend:
+            out.append((config, parsed))
+    return out
+
+
 def write_atomic(path: Path, text: str) -> None:
     """Write text to path through a temporary file and rename, so readers never see half a file. The file keeps
     its permissions (a new one gets the umask's), and a symbolic link is written through, not replaced."""

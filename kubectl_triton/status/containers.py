@@ -18,7 +18,7 @@ init containers' end, else the pod's start), never by the pod's creation (it may
 from __future__ import annotations
 
 import re
-from datetime import datetime, timezone
+from datetime import datetime
 
 from kubectl_triton.status import signatures
 from kubectl_triton.status.model import (
@@ -32,6 +32,7 @@ from kubectl_triton.status.model import (
 )
 from kubectl_triton.status.objects import events_of, meta, ns_name, spec_container
 from kubectl_triton.status.reasons import FIXES, reason
+from kubectl_triton.status.scheduling import event_time
 
 CRASHES_BEFORE_GIVING_UP = 3  # a crash loop without a known signature is terminal after this many restarts
 _IMAGE_PULL = {"ImagePullBackOff", "ErrImagePull", "InvalidImageName", "ErrImageNeverPull"}
@@ -206,20 +207,12 @@ def _pull_failures(cs: dict, init: bool, events: list[dict]) -> list[dict]:
         field = (e.get("involvedObject") or {}).get("fieldPath")
         if field == path or (not field and image and f'"{image}"' in msg):
             out.append(e)
-    return sorted(out, key=lambda e: _last_time(e) or _EPOCH)
-
-
-_EPOCH = datetime.min.replace(tzinfo=timezone.utc)
+    return sorted(out, key=event_time)
 
 
 def _first_time(e: dict) -> datetime | None:
     return parse_time(e.get("firstTimestamp") or e.get("eventTime") or e.get("lastTimestamp")
                       or meta(e).get("creationTimestamp"))
-
-
-def _last_time(e: dict) -> datetime | None:
-    return parse_time(e.get("lastTimestamp") or (e.get("series") or {}).get("lastObservedTime")
-                      or e.get("eventTime") or meta(e).get("creationTimestamp"))
 
 
 def _pull_start(pod: dict, init: bool) -> datetime | None:

@@ -40,7 +40,7 @@ def _condition(obj: dict, type_: str) -> dict | None:
     return next((c for c in (obj.get("status") or {}).get("conditions") or [] if c.get("type") == type_), None)
 
 
-def _event_time(e: dict) -> datetime:
+def event_time(e: dict) -> datetime:
     """When an event (core v1 shape) last happened: lastTimestamp, eventTime, the series' last observation or its
     creation."""
     for value in (e.get("lastTimestamp"), e.get("eventTime"), (e.get("series") or {}).get("lastObservedTime"),
@@ -62,7 +62,7 @@ def unschedulable_for(pod: dict, cond: dict, now: datetime) -> float | None:
 def autoscaler_verdict(events: list[dict]) -> dict | None:
     """The cluster autoscaler's latest word on the pod (a TriggeredScaleUp or NotTriggerScaleUp event), if any."""
     said = [(i, e) for i, e in enumerate(events) if e.get("reason") in (SCALE_UP, NO_SCALE_UP)]
-    return max(said, key=lambda ie: (_event_time(ie[1]), ie[0]))[1] if said else None
+    return max(said, key=lambda ie: (event_time(ie[1]), ie[0]))[1] if said else None
 
 
 def scheduling_reasons(pod: dict, events: list[dict], now: datetime, grace: float,

@@ -42,18 +42,9 @@ def trtllm_version(release: str | None) -> str | None:
 
 def tensorrtllm_models(model_dir: Path) -> list[tuple[Path, dict[str, str]]]:
     """(config.pbtxt, its parameters as strings) of the tensorrtllm-backend models in `model_dir`."""
-    out = []
-    for config in sorted(model_dir.glob("*/config.pbtxt")):
-        try:
-            text = config.read_text(encoding="utf-8")
-            parsed = pbtxt.to_dict(pbtxt.parse(text, str(config))) if "tensorrtllm" in text else {}
-        except (OSError, UnicodeDecodeError, pbtxt.PbtxtError):
-            continue  # the model checks report an unreadable config
-        if parsed.get("backend") != "tensorrtllm":
-            continue
-        params = {str(k): str((v or {}).get("string_value", "")) for k, v in (parsed.get("parameters") or {}).items()}
-        out.append((config, params))
-    return out
+    return [(config, {str(k): str((v or {}).get("string_value", "")) for k, v in
+                      (parsed.get("parameters") or {}).items()})
+            for config, parsed in pbtxt.backend_configs(model_dir, "tensorrtllm")]
 
 
 def _holds(rule: dict[str, Any], version: tuple[int, ...]) -> bool:

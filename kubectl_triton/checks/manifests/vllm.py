@@ -111,14 +111,7 @@ def vllm_models(model_dir: Path) -> list[tuple[str, list[str], dict[str, Any]]]:
     """(Triton model folder name, its version folders, its parsed config) of the vllm-backend models in
     `model_dir`."""
     out = []
-    for config in sorted(model_dir.glob("*/config.pbtxt")):
-        try:
-            text = config.read_text(encoding="utf-8")
-            parsed = pbtxt.to_dict(pbtxt.parse(text, str(config))) if "vllm" in text else {}
-        except (OSError, UnicodeDecodeError, pbtxt.PbtxtError):
-            continue  # the model checks report an unreadable config
-        if parsed.get("backend") != "vllm":
-            continue
+    for config, parsed in pbtxt.backend_configs(model_dir, "vllm"):
         versions = sorted(p.name for p in config.parent.iterdir() if p.is_dir() and version_folder(p.name) is not None)
         out.append((config.parent.name, versions or ["1"], parsed))
     return out
