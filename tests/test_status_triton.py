@@ -123,7 +123,7 @@ def test_wait_asks_triton_again_until_it_answers(run_cli, api, servers, monkeypa
 
     threading.Thread(target=reachable, daemon=True).start()
     t = time.monotonic()
-    res = run_cli("status", "--kubeconfig", str(api.kubeconfig_path), "--wait", "--timeout", "20s", "-o", "json")
+    res = run_cli("status", "--kubeconfig", str(api.kubeconfig_path), "--wait", "--timeout", "60s", "-o", "json")
     assert res.exit_code == 0, res.stdout
-    assert time.monotonic() - t < 5
+    assert time.monotonic() - t < 30  # re-probed after REPROBE_S, not at the 60 s timeout
     assert api.cluster.count("list") == 7  # re-probing needs no new lists

@@ -74,7 +74,9 @@ def test_wait_fails_fast_on_engine_mismatch(run_cli, api):  # noqa: F811
     assert res.exit_code == 1
     assert doc["models"][0]["phase"] == "Failed"
     assert doc["models"][0]["reasons"][0]["code"] == "EngineGPUMismatch"
-    assert done - timeline.times[1] < 2.0  # verdict within 2 s of the crash, not at the progress deadline
+    # Verdict soon after the crash, not at the 600 s progress deadline nor the 60 s timeout; a loose bound, since
+    # the CI's loaded 2 cores once took 2.03 s.
+    assert done - timeline.times[1] < 20
     assert api.cluster.count("list") == 7  # listed once; every later change came through watches
     assert api.cluster.count("watch") >= 2
 
@@ -92,7 +94,7 @@ def test_wait_until_healthy(run_cli, api):  # noqa: F811
     doc = json.loads(res.stdout)
     assert res.exit_code == 0 and doc["healthy"] is True
     assert doc["models"][0]["revision"] == "main@sha1:" + "b" * 40
-    assert time.monotonic() - timeline.times[1] < 2.0
+    assert time.monotonic() - timeline.times[1] < 15  # on the Ready pod, not at the 30 s timeout
 
 
 def test_wait_times_out_with_exit_3_while_progressing(run_cli, api):  # noqa: F811
@@ -100,7 +102,7 @@ def test_wait_times_out_with_exit_3_while_progressing(run_cli, api):  # noqa: F8
     t = time.monotonic()
     res = wait(run_cli, api, "--no-probe", "--timeout", "1.5s")
     assert res.exit_code == 3
-    assert 1.4 < time.monotonic() - t < 5
+    assert 1.4 < time.monotonic() - t < 30  # the 1.5 s asked for, not a later verdict
     assert json.loads(res.stdout)["models"][0]["phase"] == "Progressing"
     assert "timed out after 1.5s" in res.stderr
 
@@ -127,11 +129,11 @@ def test_wait_fails_when_unschedulable_past_grace(run_cli, api):  # noqa: F811
     pending["status"]["conditions"][0]["lastTransitionTime"] = ts(0)
     timeline = Timeline([(0.2, lambda: api.cluster.apply(pending))])
     timeline.start()
-    res = wait(run_cli, api, "--no-probe", "--timeout", "60s", "--unschedulable-grace", "2s")
+    res = wait(run_cli, api, "--no-probe", "--timeout", "120s", "--unschedulable-grace", "2s")
     elapsed = time.monotonic() - timeline.times[0]
     assert res.exit_code == 1
     assert json.loads(res.stdout)["models"][0]["reasons"][0]["code"] == "InsufficientGPU"
-    assert 1.0 <= elapsed < 5  # after the grace (timestamps have 1 s resolution), not at the timeout
+    assert 1.0 <= elapsed < 60  # after the grace (timestamps have 1 s resolution), not at the 120 s timeout
 
 
 def test_wait_stops_when_a_scale_up_outlasts_the_progress_deadline(run_cli, api):  # noqa: F811
@@ -147,12 +149,12 @@ def test_wait_stops_when_a_scale_up_outlasts_the_progress_deadline(run_cli, api)
                      type_="Normal", source="cluster-autoscaler", age_s=0)
     timeline = Timeline([(0.2, lambda: api.cluster.apply(short, pending, scale_up))])
     timeline.start()
-    res = wait(run_cli, api, "--no-probe", "--timeout", "30s", "--unschedulable-grace", "1s")
+    res = wait(run_cli, api, "--no-probe", "--timeout", "120s", "--unschedulable-grace", "1s")
     elapsed = time.monotonic() - timeline.times[0]
     assert res.exit_code == 1, res.stdout
     first = json.loads(res.stdout)["models"][0]["reasons"][0]
     assert first["code"] == "InsufficientGPU" and "progressDeadlineSeconds (3s)" in first["message"]
-    assert 2.0 <= elapsed < 8  # at the deadline (1 s timestamp resolution), not at the 30 s timeout
+    assert 2.0 <= elapsed < 60  # at the deadline (1 s timestamp resolution), not at the 120 s timeout
 
 
 def test_watch_resumes_after_expired_resource_version(api):  # noqa: F811
