@@ -17,7 +17,7 @@ it), then held-out sets of every shape drawn one after another, each scored befo
 
 Run:
     .venv/bin/python bench/tune_heldout.py sweep [--models NAME,...]
-    .venv/bin/python bench/tune_heldout.py replay [--set dev|heldout|heldout2..heldout6|all] [--seeds N]
+    .venv/bin/python bench/tune_heldout.py replay [--set dev|heldout|heldout2..heldout7|all] [--seeds N]
     .venv/bin/python bench/tune_heldout.py live [--set ...] [--json FILE] [--paired N]
 """
 
@@ -113,7 +113,9 @@ swept before the search was changed in view of set B's figures, and scored only 
 was worse there, and changed again in view of all three sets); set D, `heldout4` (the fifth draw), was drawn and
 swept then, and scored only once that second change was done; set E, `heldout5` (the sixth draw), was drawn and swept
 a session later, with that search unchanged, and scored once; set F, `heldout6` (the seventh draw), likewise two
-sessions later, scored once with `live --paired` (the search still unchanged)."""
+sessions later, scored once with `live --paired` (the search still unchanged); set G, `heldout7` (the eighth draw),
+was drawn and swept a session later, before the search was changed in view of sets E and F, and scored only once
+that change was done."""
     rng = random.Random(SEED)
     out = []
     for k, part in enumerate(("dev", "heldout")):
@@ -122,7 +124,8 @@ sessions later, scored once with `live --paired` (the search still unchanged).""
             out.append(Spec(f"{shape}{k + 1}", shape, part, doc, costs, mbs))
     doc, costs, mbs = _draw("mixed", rng)
     out.append(Spec("mixed2", "mixed", "heldout", doc, costs, mbs))
-    for k, part in ((3, "heldout2"), (4, "heldout3"), (5, "heldout4"), (6, "heldout5"), (7, "heldout6")):
+    for k, part in ((3, "heldout2"), (4, "heldout3"), (5, "heldout4"), (6, "heldout5"), (7, "heldout6"),
+                    (8, "heldout7")):
         for shape in (*SHAPES, "mixed"):
             doc, costs, mbs = _draw(shape, rng)
             out.append(Spec(f"{shape}{k}", shape, part, doc, costs, mbs))
@@ -429,7 +432,8 @@ def main() -> None:
     ap.add_argument("what", choices=("sweep", "replay", "live", "list"))
     ap.add_argument("--models", default="")
     ap.add_argument("--set", default="dev",
-                    choices=("dev", "heldout", "heldout2", "heldout3", "heldout4", "heldout5", "heldout6", "all"))
+                    choices=("dev", "heldout", "heldout2", "heldout3", "heldout4", "heldout5", "heldout6", "heldout7",
+                             "all"))
     ap.add_argument("--duration", default="1.5s")
     ap.add_argument("--truth", type=Path, default=TRUTH)
     ap.add_argument("--json", type=Path, default=None)
