@@ -299,7 +299,7 @@ def replay(truth: Truth, bound: float | None, served: search.Candidate, seed: in
         return order[c][i % len(ws)]
 
     space = truth.space()
-    budget = search.Budget(max_trials=max(5, round(0.15 * len(space))))
+    budget = search.share_budget(len(space))
     s = search.Search(space, search.Objective(bound), measure, budget)
     s.run(served)
     return s
@@ -319,7 +319,8 @@ def run_replay(part: str, root: Path, seeds: int = 0) -> list[dict]:
             chosen = runs[0].best()
             _, top = truth.best(bound)
             rows.append({"model": doc["model"], "part": doc["part"], "objective": label, "bound_ms": bound,
-                         "measured": max(s.budget.used for s in runs), "space": len(truth.windows),
+                         "measured": max(s.budget.settings for s in runs),
+                         "trials": max(s.budget.used for s in runs), "space": len(truth.windows),
                          "score": round(statistics.mean(scores), 3), "worst": round(min(scores), 3),
                          "tie": round(statistics.mean(ties), 3),
                          "exists": top > 0, "chosen": chosen.describe() if chosen else None,
@@ -353,7 +354,9 @@ def report(rows: list[dict]) -> None:
         print(f"{len(scores)} runs: min {min(scores):.1%}, mean {statistics.mean(scores):.1%}, "
               f"below 95%: {len(below)}, of which {sum(r['tie'] for r in below):.1f} (mean over the window orders) "
               f"chose a setting the truth cannot tell from the best (within two standard errors), "
-              f"most measured {max(r['measured'] for r in rows)}")
+              f"most measured {max(r['measured'] for r in rows)} settings"
+              + (f" ({max(r.get('trials', 0) for r in rows)} measurements)" if any('trials' in r for r in rows)
+                 else ""))
 
 
 # -- live ---------------------------------------------------------------------------------------------------
@@ -414,7 +417,8 @@ def live(root: Path, duration: str, names: list[str], part: str, rounds: int = 0
                             side = paired(target, inputs.generate(inputs.input_specs(original)), original,
                                           truth.canonical(best), top_c, rounds, float(duration.rstrip("s")))
                     rows.append({"model": doc["model"], "part": part, "objective": label, "bound_ms": bound,
-                                 "measured": found["measurements"], "space": found["space"],
+                                 "measured": found.get("settings", found["measurements"]),
+                                 "trials": found["measurements"], "space": found["space"],
                                  "score": round(truth.score(best, bound), 3), "exists": top > 0,
                                  "paired": side,
                                  "tie": float(truth.tie(best, bound)),

@@ -438,3 +438,41 @@ def test_stability_criterion_and_merged_windows(run_cli, triton):
     res = run_cli("tune", "fixedcost", "--url", triton.http_url, *QUICK, "--instances", "1", "--max-trials", "2",
                   "--stability", "0", "-o", "json")
     assert [t["windows"] for t in json.loads(res.stdout)["trials"]] == [1, 1]
+
+
+def explode(cand: search.Candidate) -> tuple[float, float]:
+    """Large batches cost more per item (bench/tune_heldout.py's `explode7`, its swept means): without a cap a
+    second instance pays by splitting the queue, with a cap of 8 one instance is best."""
+    db = cand.dynamic_batching
+    n = cand.instance_count
+    if db is None:
+        return 112.0 * {1: 1.0, 2: 1.08, 3: 1.12}[n], 150.0
+    pref = tuple(db["preferred_batch_size"])
+    by_pref = {(): {1: 266, 2: 341, 3: 327}, (16,): {1: 266, 2: 341, 3: 327}, (8,): {1: 443, 2: 404, 3: 342},
+               (4,): {1: 350, 2: 344, 3: 330}}
+    delay = {0: 1.0, 100: 0.96, 500: 0.97, 1000: 0.98, 2000: 0.99}[db["max_queue_delay_microseconds"]]
+    return by_pref[pref][n] * delay, 45.0
+
+
+def test_default_budget_counts_settings_and_steps_that_lost_by_far_are_not_retried():
+    space = search.Space.for_config({"max_batch_size": 32})
+    budget = search.share_budget(len(space))
+    assert (budget.max_trials, budget.max_repeats) == (9, 3)  # 15% of 63 settings, a third as many again
+    assert (search.share_budget(33).max_trials, search.share_budget(33).max_repeats) == (5, 2)
+
+    def measure(cand: search.Candidate) -> LevelResult:  # with Triton's batch statistic: 16 requests split
+        tput, p99 = explode(cand)
+        db = cand.dynamic_batching
+        formed = 1.0 if db is None else min([16 / cand.instance_count, *db["preferred_batch_size"]])
+        return LevelResult(16, tput, p99 / 2, p99 / 1.5, p99, None, None, formed, 100, 0.005)
+
+    found = search.Search(space, search.Objective(), measure, budget)
+    found.run(search.Candidate(1, None))
+    assert search.choose(found.figures, search.Objective()) == search.Candidate(1, search.batching(0, [8]))
+    assert len(found.figures) <= 9 and len(found.trials) - len(found.figures) <= 3
+    # batching tripled the throughput: turning it off is not tried again once the instance count moved
+    assert [t.candidate for t in found.trials if t.candidate.dynamic_batching is None] == [search.Candidate(1, None)]
+    # an explicit cap counts every measurement, as before
+    capped = search.Search(space, search.Objective(), measure, search.Budget(max_trials=9))
+    capped.run(search.Candidate(1, None))
+    assert len(capped.trials) <= 9

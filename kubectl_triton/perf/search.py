@@ -42,6 +42,8 @@ MAX_WINDOWS = 3  # an unstable window is followed by at most two more (see TuneR
 # not depending on the batches that form, not in the order of the sizes), the longest delay first (a short one
 # mostly adds latency; a long one lets batches fill)
 FIRST_PASS = {"preferred": "scan", "delay": "jump"}
+BUDGET_SHARE = 0.15  # the default budget: 15% of the space's settings (see share_budget)
+LOST_BY = 0.6  # a step below this share of the incumbent's throughput lost by far (see Search._lost)
 
 
 @dataclass(frozen=True)
@@ -318,22 +320,42 @@ def compare(a: Figures, b: Figures, objective: Objective) -> int:
 
 class Budget:
     """At most `max_trials` measurements, and none started when the time left is less than the mean
-    duration of one so far (`seconds`)."""
+    duration of one so far (`seconds`). With `max_repeats`, `max_trials` counts the settings measured and
+    `max_repeats` the measurements of a setting again (a tie settled, the winner confirmed)."""
 
     def __init__(self, max_trials: int | None = None, seconds: float | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        self.max_trials, self.seconds, self.clock = max_trials, seconds, clock
+                 clock: Callable[[], float] = time.monotonic, max_repeats: int | None = None) -> None:
+        self.max_trials, self.seconds, self.clock, self.max_repeats = max_trials, seconds, clock, max_repeats
         self.start = clock()
-        self.used = 0
+        self.used = 0  # every measurement
+        self.repeated = 0  # of which a setting measured again
 
-    def allows(self, reserve: int = 0) -> bool:
-        if self.max_trials is not None and self.used + reserve >= self.max_trials:
-            return False
+    @property
+    def settings(self) -> int:
+        return self.used - self.repeated
+
+    def allows(self, reserve: int = 0, repeat: bool = False) -> bool:
+        """Whether another measurement (`repeat`: of a setting measured before) may start, keeping `reserve`
+        repeated measurements for later."""
+        if self.max_trials is not None:
+            if self.max_repeats is None:
+                if self.used + reserve >= self.max_trials:
+                    return False
+            elif (self.repeated + (reserve if repeat else 0) >= self.max_repeats if repeat
+                  else self.settings >= self.max_trials):
+                return False
         if self.seconds is not None:
             elapsed = self.clock() - self.start
             mean = elapsed / self.used if self.used else 0.0
             return elapsed + mean * (1 + reserve) <= self.seconds
         return True
+
+
+def share_budget(size: int) -> Budget:
+    """The default budget over a space of `size` settings: BUDGET_SHARE of them measured (at least 5), and
+    measurements of a setting again (a tie settled, the winner confirmed) up to a third as many besides."""
+    settings = max(5, int(BUDGET_SHARE * size))
+    return Budget(settings, max_repeats=max(2, settings // 3))
 
 
 Measure = Callable[[Candidate], LevelResult]
@@ -349,11 +371,15 @@ class Search:
         self.on_trial = on_trial
         self.trials: list[Trial] = []
         self.figures: dict[Candidate, Figures] = {}
+        self.lost: set[tuple[str, object]] = set()  # (axis, value) steps that lost by far: see `_lost`
+        self.settled = False  # the first pass is over
 
     def _run(self, cand: Candidate, why: str, baseline: bool = False) -> Figures:
         trial = Trial(cand, baseline=baseline, why=why)
         self.budget.used += 1
         fig = self.figures.setdefault(cand, Figures())
+        if fig.results:
+            self.budget.repeated += 1
         try:
             trial.result = self.measure(cand)
             fig.results.append(trial.result)
@@ -387,7 +413,7 @@ class Search:
         if verdict != 0 or not fc.results or fc.score(self.objective) <= fi.score(self.objective):
             return verdict > 0
         if len(fc.results) <= len(fi.results):
-            if not self.budget.allows(self._reserve()):
+            if not self.budget.allows(self._reserve(), repeat=True):
                 return False
             self._run(challenger, "within noise: measured again")
             verdict = compare(fc, fi, self.objective)
@@ -415,6 +441,7 @@ class Search:
                 verdict = self.better(cand, cur)
                 if verdict is None:
                     return cur, True
+                self._lost(axis, cand, cur, verdict)
                 if verdict:
                     cur, moved, i = cand, True, j
                 elif self.figures[cur].score(self.objective)[0] == 2:
@@ -428,6 +455,8 @@ class Search:
         """A preferred batch size at or above twice the batches the incumbent forms on average caps next to
         nothing (it can only make the batcher wait for more): skipped, going by Triton's own count of inferences
         per execution. A cap just above the mean still trims the larger batches of a mix."""
+        if self.settled and (axis, value) in self.lost:
+            return True
         if axis != "preferred" or not value:
             return False
         results = self.figures[cur].results
@@ -451,7 +480,7 @@ class Search:
                 if spent:
                     self.confirm()
                     return self.trials
-            first = False
+            first, self.settled = False, True
             if cur == before:
                 break
         self.explore()
@@ -463,7 +492,19 @@ class Search:
         if cand == cur:
             return cur, False
         verdict = self.better(cand, cur)
+        self._lost(axis, cand, cur, verdict)
         return (cand if verdict else cur), verdict
+
+    def _lost(self, axis: str, cand: Candidate, cur: Candidate, verdict: bool | None) -> None:
+        """Remember the side of a step that lost by far (less than LOST_BY of the other's throughput, or failed):
+        later passes and the neighbours do not try that value of the axis again (turning batching off where it
+        tripled throughput does not pay after another axis moved)."""
+        if verdict is None:
+            return
+        win, lose = (cand, cur) if verdict else (cur, cand)
+        fw, fl = self.figures[win], self.figures[lose]
+        if fw.results and (not fl.results or fl.throughput < LOST_BY * fw.throughput):
+            self.lost.add((axis, self.space.value(axis, lose)))
 
     def scan(self, axis: str, cur: Candidate) -> tuple[Candidate, bool]:
         """Every value of a short axis whose values are not ordered by effect (preferred sizes: a cap pays or not
@@ -498,22 +539,24 @@ class Search:
         return cur, False
 
     def neighbours(self, cand: Candidate) -> list[Candidate]:
-        """The settings one step away from `cand` along one axis, then along two axes at once (the pairs whose
-        effects depend on each other: a delay pays only with a preferred size that makes the batcher wait for
-        it, and how many instances pay depends on the batches each one forms)."""
+        """The settings two steps away from `cand`, along two axes at once (the pairs whose effects depend on each
+        other: how many instances pay depends on the batches each one forms, a delay pays only with a preferred
+        size that makes the batcher wait for it), then one step away along one axis (the passes that ended at
+        `cand` measured most of those already)."""
         def steps(axis: str, c: Candidate) -> list[Candidate]:
             vals = self.space.values(axis, c)
             i = self.space.snap(axis, c)
             if i is None:
                 return []
-            return [self.space.with_value(axis, c, vals[j]) for j in (i - 1, i + 1) if 0 <= j < len(vals)]
+            return [self.space.with_value(axis, c, vals[j]) for j in (i - 1, i + 1)
+                    if 0 <= j < len(vals) and (axis, vals[j]) not in self.lost]
 
         out: list[Candidate] = []
-        for axis in self.space.AXES:
-            out.extend(steps(axis, cand))
-        for a, b in (("preferred", "delay"), ("instances", "preferred"), ("instances", "delay")):
+        for a, b in (("instances", "preferred"), ("preferred", "delay"), ("instances", "delay")):
             for first in steps(a, cand):
                 out.extend(steps(b, first))
+        for axis in self.space.AXES:
+            out.extend(steps(axis, cand))
         seen: set[Candidate] = {cand}
         return [c for c in out if not (c in seen or seen.add(c))]  # type: ignore[func-returns-value]
 
@@ -535,7 +578,7 @@ class Search:
         some windows only); repeat with the next winner if it no longer leads or meets the bound, as long as the
         budget lasts."""
         checked: set[Candidate] = set()
-        while self.budget.allows():
+        while self.budget.allows(repeat=True):
             best = self.best()
             if best is None or best in checked:
                 return

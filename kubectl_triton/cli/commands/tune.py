@@ -31,7 +31,6 @@ from kubectl_triton.perf import PerfError
 
 COLUMNS = ("#", "INSTANCES", "BATCHING", "PREFERRED", "DELAY_US", "THROUGHPUT/S", "P50_MS", "P99_MS", "BATCH",
            "NOTE")
-BUDGET_SHARE = 0.15  # the default budget: 15% of the space's size, in measurements
 
 
 def _row(i: int, trial, best, bound: float | None) -> list[str]:
@@ -70,7 +69,7 @@ def summary(model: str, concurrency: int, search, best, written: str | None) -> 
     best_fig = search.figures[best] if best is not None else None
     return {
         "model": model, "concurrency": concurrency, "objective": search.objective.name, "max_p99_ms": bound,
-        "space": len(search.space), "measurements": len(search.trials),
+        "space": len(search.space), "settings": len(search.figures), "measurements": len(search.trials),
         "baseline": {"config": base.candidate.to_dict(), **(_figures(base_fig) if base_fig.results else {})},
         "best": None if best is None else {"config": best.to_dict(), **_figures(best_fig)},
         "gain": round(best_fig.throughput / base_fig.throughput, 3) if best_fig and base_fig.throughput else None,
@@ -169,7 +168,8 @@ def _preferred(values: tuple[str, ...]) -> list[list[int] | None]:
               help="Stop measuring new candidates after this long, e.g. 10m.")
 @click.option("--max-trials", type=click.IntRange(1, 10_000), default=None,
               help="At most this many measurements (the baseline and re-measurements count). Default: 15%% of "
-                   "the space (at least 5), unless --budget is given.")
+                   "the space's settings (at least 5), and up to a third as many measured again besides, unless "
+                   "--budget is given.")
 @click.option("--exhaustive", is_flag=True, help="Measure every setting of the space instead of searching it.")
 @click.option("--stability", type=FiniteRange(0, 100), default=10.0, show_default=True,
               help="A window whose fifths' throughputs stray more than this percent from their mean is followed "
@@ -254,7 +254,7 @@ def command(ctx: click.Context, model: str, url: str | None, kubeconfig: str | N
                           concurrency=concurrency, duration=duration, warmup_s=warmup_s, max_ttft=max_ttft,
                           max_itl=max_itl, prompt_tokens=prompt_tokens, output_tokens=output_tokens, params=params,
                           instances=instances, max_trials=max_trials, budget=budget, exhaustive=exhaustive,
-                          write=write, repo_root=repo_root, repo_model=repo_model, budget_share=BUDGET_SHARE)
+                          write=write, repo_root=repo_root, repo_model=repo_model, budget_share=search.BUDGET_SHARE)
         return
     goal = search.Objective(max_p99 * 1e3 if max_p99 is not None else None)
     counts = instances or list(range(1, max_instances + 1))
@@ -266,13 +266,14 @@ def command(ctx: click.Context, model: str, url: str | None, kubeconfig: str | N
         requests = inputs.for_target(where.target, input_data)
         space = search.grid(original, concurrency, counts, delays, pref_sets,
                             max_batch_sizes=max_batch_sizes if allow_max_batch_size else ())
-        trials_cap = max_trials
-        if trials_cap is None and budget is None and not exhaustive:
-            trials_cap = max(5, int(BUDGET_SHARE * len(space)))
-        limit = search.Budget(trials_cap, budget)
-        if progress:
-            what = "every setting" if exhaustive else f"at most {trials_cap} measurements" if trials_cap else \
+        if max_trials is None and budget is None and not exhaustive:
+            limit = search.share_budget(len(space))
+            what = f"at most {limit.max_trials} settings and {limit.max_repeats} measured again"
+        else:
+            limit = search.Budget(max_trials, budget)
+            what = "every setting" if exhaustive else f"at most {max_trials} measurements" if max_trials else \
                 f"{budget:g}s"
+        if progress:
             click.echo(f"tune {model} at {where.description}: {len(space)} settings, {what}, {duration:g}s each at "
                        f"concurrency {concurrency}, objective {goal.name}", err=True)
 
