@@ -469,10 +469,39 @@ def test_default_budget_counts_settings_and_steps_that_lost_by_far_are_not_retri
     found = search.Search(space, search.Objective(), measure, budget)
     found.run(search.Candidate(1, None))
     assert search.choose(found.figures, search.Objective()) == search.Candidate(1, search.batching(0, [8]))
-    assert len(found.figures) <= 9 and len(found.trials) - len(found.figures) <= 3
+    assert found.budget.settings == len(found.figures) == 9 and found.budget.repeated <= 3
+    assert found.trials[-1].why == "winner: measured again"  # a repeat was kept for it
     # batching tripled the throughput: turning it off is not tried again once the instance count moved
     assert [t.candidate for t in found.trials if t.candidate.dynamic_batching is None] == [search.Candidate(1, None)]
     # an explicit cap counts every measurement, as before
     capped = search.Search(space, search.Objective(), measure, search.Budget(max_trials=9))
     capped.run(search.Candidate(1, None))
-    assert len(capped.trials) <= 9
+    assert capped.budget.used == len(capped.trials) == 9 and len(capped.figures) < 9
+
+
+def test_a_failed_setting_bans_no_value():
+    """A load that fails once (a timeout, a 5xx) says nothing about the axis value: the batching half of the space
+    stays open after the first step with batching failed."""
+    space = search.Space.for_config({"max_batch_size": 32})
+    first = search.Candidate(1, search.batching(0))
+
+    def measure(cand: search.Candidate) -> LevelResult:
+        if cand == first:
+            raise PerfError("load: timed out")
+        return measure_with(synthetic)(cand)
+
+    found = search.Search(space, search.Objective(), measure, search.share_budget(len(space)))
+    found.run(search.Candidate(1, None))
+    assert found.figures[first].error == "load: timed out" and ("batching", True) not in found.lost
+    chosen = search.choose(found.figures, search.Objective())
+    assert chosen is not None and chosen.dynamic_batching is not None
+
+
+def test_default_budget_is_a_share_of_the_settings(run_cli, triton):
+    res = run_cli("tune", "fixedcost", "--url", triton.http_url, *QUICK, "--instances", "1", "-o", "json")
+    assert res.exit_code == 0, res.stderr
+    doc = json.loads(res.stdout)
+    trials = doc["trials"]
+    # 21 settings at one instance: 15% is 3, so the floor of 5 settings, and 2 measured again
+    assert doc["space"] == 21 and doc["settings"] == len({json.dumps(t["config"], sort_keys=True) for t in trials}) == 5
+    assert doc["measurements"] == len(trials) <= 7 and trials[-1]["step"] == "winner: measured again"

@@ -222,8 +222,8 @@ class GoodputSearch:
 
     def _run(self, values: tuple[str, ...], why: str, baseline: bool = False) -> Figures:
         trial = Trial(values, baseline=baseline, why=why)
-        self.budget.used += 1
         fig = self.figures.setdefault(values, Figures())
+        self.budget.spend(repeat=bool(fig.results))
         try:
             trial.result = self.measure(values)
             fig.results.append(trial.result)

@@ -5,12 +5,13 @@ The space is small and ordered along each axis, measurements are costly (a model
 each) and noisy. So the strategy is coordinate descent with early stopping, then a local search: from the
 served setting, one axis at a time (batching, instances, preferred sizes, delay, max batch size), step to the
 next value while that is better by more than the noise, stop at the first step that is not; repeat passes while
-a pass moved. The first pass tries every preferred size that can cap a batch, and the longest delay first. A step
-that lies within noise of the incumbent but ahead of it is measured again, and taken if it stays ahead. What
-the budget has left goes to the unmeasured neighbours of the best setting, one axis and then two axes away (where
-axes interact: a delay pays only with a preferred size). The winner is measured again before it is chosen (one
-trial is kept for that). Everything stops at the budget (trials or time). A preferred size equal to the max batch
-size is no setting of its own: Triton gives a batcher without preferred sizes that one.
+a pass moved. The first pass tries every preferred size that can cap a batch, and the longest delay first; later
+passes skip a value that lost by far. A step that lies within noise of the incumbent but ahead of it is measured
+again, and taken if it stays ahead. What the budget has left goes to the unmeasured neighbours of the best setting,
+two axes away (where axes interact: how many instances pay depends on the batches each forms, a delay pays only
+with a preferred size) and then one. The winner is measured again before it is chosen (one measurement is kept for
+that). Everything stops at the budget (measurements, settings and repeats, or time). A preferred size equal to the
+max batch size is no setting of its own: Triton gives a batcher without preferred sizes that one.
 
 `Space`, `Objective`, `Search` and `choose` are pure (a `measure` function is handed in: tests drive them
 with synthetic cost functions); `TuneRun` loads candidates into a target and always loads the original
@@ -330,6 +331,11 @@ class Budget:
         self.used = 0  # every measurement
         self.repeated = 0  # of which a setting measured again
 
+    def spend(self, repeat: bool = False) -> None:
+        """Count a measurement (`repeat`: of a setting measured before)."""
+        self.used += 1
+        self.repeated += repeat
+
     @property
     def settings(self) -> int:
         return self.used - self.repeated
@@ -341,8 +347,7 @@ class Budget:
             if self.max_repeats is None:
                 if self.used + reserve >= self.max_trials:
                     return False
-            elif (self.repeated + (reserve if repeat else 0) >= self.max_repeats if repeat
-                  else self.settings >= self.max_trials):
+            elif (self.repeated + reserve >= self.max_repeats if repeat else self.settings >= self.max_trials):
                 return False
         if self.seconds is not None:
             elapsed = self.clock() - self.start
@@ -376,10 +381,8 @@ class Search:
 
     def _run(self, cand: Candidate, why: str, baseline: bool = False) -> Figures:
         trial = Trial(cand, baseline=baseline, why=why)
-        self.budget.used += 1
         fig = self.figures.setdefault(cand, Figures())
-        if fig.results:
-            self.budget.repeated += 1
+        self.budget.spend(repeat=bool(fig.results))
         try:
             trial.result = self.measure(cand)
             fig.results.append(trial.result)
@@ -496,14 +499,15 @@ class Search:
         return (cand if verdict else cur), verdict
 
     def _lost(self, axis: str, cand: Candidate, cur: Candidate, verdict: bool | None) -> None:
-        """Remember the side of a step that lost by far (less than LOST_BY of the other's throughput, or failed):
-        later passes and the neighbours do not try that value of the axis again (turning batching off where it
-        tripled throughput does not pay after another axis moved)."""
+        """Remember the side of a step that was measured and lost by far (less than LOST_BY of the other's
+        throughput): later passes and the neighbours do not try that value of the axis again (turning batching off
+        where it tripled throughput does not pay after another axis moved). A setting that failed is only never
+        chosen: its failure may be transient, or belong to its other values."""
         if verdict is None:
             return
         win, lose = (cand, cur) if verdict else (cur, cand)
         fw, fl = self.figures[win], self.figures[lose]
-        if fw.results and (not fl.results or fl.throughput < LOST_BY * fw.throughput):
+        if fw.results and fl.results and fl.throughput < LOST_BY * fw.throughput:
             self.lost.add((axis, self.space.value(axis, lose)))
 
     def scan(self, axis: str, cur: Candidate) -> tuple[Candidate, bool]:

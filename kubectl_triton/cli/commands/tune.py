@@ -168,8 +168,8 @@ def _preferred(values: tuple[str, ...]) -> list[list[int] | None]:
               help="Stop measuring new candidates after this long, e.g. 10m.")
 @click.option("--max-trials", type=click.IntRange(1, 10_000), default=None,
               help="At most this many measurements (the baseline and re-measurements count). Default: 15%% of "
-                   "the space's settings (at least 5), and up to a third as many measured again besides, unless "
-                   "--budget is given.")
+                   "the space's settings (at least 5), and up to a third as many measured again besides (goodput: "
+                   "15%% of the space in measurements), unless --budget is given.")
 @click.option("--exhaustive", is_flag=True, help="Measure every setting of the space instead of searching it.")
 @click.option("--stability", type=FiniteRange(0, 100), default=10.0, show_default=True,
               help="A window whose fifths' throughputs stray more than this percent from their mean is followed "
@@ -215,7 +215,8 @@ def command(ctx: click.Context, model: str, url: str | None, kubeconfig: str | N
     config override), so the server must run with --model-control-mode=explicit. The original configuration
     is loaded again at the end, also after a failure or Ctrl-C. Use --url for a test server; -n (a pod of
     the production Deployment) is refused without --allow-production.
-    JSON/YAML (-o json|yaml): {"model", "concurrency", "objective", "max_p99_ms", "space", "measurements", "baseline",
+    JSON/YAML (-o json|yaml): {"model", "concurrency", "objective", "max_p99_ms", "space", "settings", "measurements",
+    "baseline",
     "best": {"config", "throughput", "p50_ms", "p99_ms"}, "gain", "trials": [{"config", "throughput",
     "p50_ms", "p99_ms", "met_bound", "error", ...}], "written"}
 
@@ -307,7 +308,8 @@ def command(ctx: click.Context, model: str, url: str | None, kubeconfig: str | N
             gain = doc["gain"]
             click.echo(f"best: {best.describe()}: {fig.throughput:.1f} infer/s, p99 {fig.p99_ms:.1f} ms"
                        + (f" ({gain:.1f}x the current setting)" if gain else "")
-                       + f"; {len(found.trials)} measurements of a space of {len(space)}")
+                       + f"; {len(found.figures)} settings ({len(found.trials)} measurements) of a space of "
+                         f"{len(space)}")
             if write:
                 click.echo(f"wrote {written}" if written else "config.pbtxt already has this setting; nothing written")
     if failure is not None:
