@@ -18,6 +18,7 @@ it), then held-out sets of every shape drawn one after another, each scored befo
 Run:
     .venv/bin/python bench/tune_heldout.py sweep [--models NAME,...]
     .venv/bin/python bench/tune_heldout.py replay [--set dev|heldout|heldout2..heldout8|all] [--seeds N]
+        [--measurements EXTRA]
     .venv/bin/python bench/tune_heldout.py live [--set ...] [--json FILE] [--paired N]
 """
 
@@ -281,7 +282,8 @@ class Truth:
         return search.Space.for_config({"max_batch_size": self.doc["max_batch_size"]})
 
 
-def replay(truth: Truth, bound: float | None, served: search.Candidate, seed: int | None = None) -> search.Search:
+def replay(truth: Truth, bound: float | None, served: search.Candidate, seed: int | None = None,
+           measurements: int | None = None) -> search.Search:
     """The search on the recorded windows: each measurement of a setting returns its next window, in recorded order
     (seed None) or in an order shuffled with `seed` (a live run draws any of them first)."""
     seen: dict[search.Candidate, int] = {}
@@ -300,13 +302,13 @@ def replay(truth: Truth, bound: float | None, served: search.Candidate, seed: in
         return order[c][i % len(ws)]
 
     space = truth.space()
-    budget = search.share_budget(len(space))
+    budget = search.share_budget(len(space)) if measurements is None else search.Budget(max_trials=measurements)
     s = search.Search(space, search.Objective(bound), measure, budget)
     s.run(served)
     return s
 
 
-def run_replay(part: str, root: Path, seeds: int = 0) -> list[dict]:
+def run_replay(part: str, root: Path, seeds: int = 0, extra: int | None = None) -> list[dict]:
     """One row per model and objective: the recorded order's run, and with `seeds`, that many shuffled orders
     besides (`score` is then their mean, `worst` the lowest; `chosen` is the recorded order's)."""
     rows = []
@@ -314,13 +316,14 @@ def run_replay(part: str, root: Path, seeds: int = 0) -> list[dict]:
         truth = Truth(doc)
         served = search.Candidate(1, None)
         for label, bound in [("throughput", None), *bounds(doc).items()]:
-            runs = [replay(truth, bound, served, seed) for seed in [None, *range(seeds)]]
+            cap = None if extra is None else max(5, int(0.15 * len(truth.space()))) + extra
+            runs = [replay(truth, bound, served, seed, cap) for seed in [None, *range(seeds)]]
             scores = [truth.score(s.best(), bound) for s in runs]
             ties = [truth.tie(s.best(), bound) for s in runs]
             chosen = runs[0].best()
             _, top = truth.best(bound)
             rows.append({"model": doc["model"], "part": doc["part"], "objective": label, "bound_ms": bound,
-                         "measured": max(s.budget.settings for s in runs),
+                         "measured": max(len(s.figures) for s in runs),
                          "trials": max(s.budget.used for s in runs), "space": len(truth.windows),
                          "score": round(statistics.mean(scores), 3), "worst": round(min(scores), 3),
                          "tie": round(statistics.mean(ties), 3),
@@ -443,6 +446,9 @@ def main() -> None:
     ap.add_argument("--truth", type=Path, default=TRUTH)
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--seeds", type=int, default=0, help="replay: shuffled window orders besides the recorded one")
+    ap.add_argument("--measurements", type=int, default=None, metavar="EXTRA",
+                    help="replay: a budget of 15%% of the space (at least 5) plus EXTRA in measurements, repeats "
+                         "counted, instead of the default (15%% in settings and a third as many repeats besides)")
     ap.add_argument("--paired", type=int, default=0,
                     help="live: windows of the chosen and of the truth's best each, measured side by side after a run")
     args = ap.parse_args()
@@ -454,7 +460,7 @@ def main() -> None:
     if args.what == "sweep":
         sweep(names, float(args.duration.rstrip("s")), 0.4, args.truth)
         return
-    rows = run_replay(args.set, args.truth, args.seeds) if args.what == "replay" else \
+    rows = run_replay(args.set, args.truth, args.seeds, args.measurements) if args.what == "replay" else \
         live(args.truth, args.duration, names, args.set, args.paired)
     report(rows)
     if args.json:
