@@ -98,7 +98,8 @@ def test_text_table_and_exhaustive_grid(run_cli, triton, gitops):
     assert res.exit_code == 0, res.stderr
     rows = [line.split() for line in res.stdout.splitlines()[1:4]]
     assert [r[:3] for r in rows] == [["1", "1", "off"], ["2", "1", "dynamic"], ["3", "1", "dynamic"]], res.stdout
-    assert res.stdout.splitlines()[3].endswith("again, best") and "2 settings (3 measurements) of a space of 2" in res.stdout
+    assert res.stdout.splitlines()[3].endswith("again, best")
+    assert "2 settings (3 measurements) of a space of 2" in res.stdout
 
 
 def test_latency_objective_and_refused_candidates(run_cli, triton, gitops):
