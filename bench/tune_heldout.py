@@ -316,8 +316,9 @@ def run_replay(part: str, root: Path, seeds: int = 0, extra: int | None = None) 
     for doc in load_truth(root, part):
         truth = Truth(doc)
         served = search.Candidate(1, None)
+        # d534acf's budget spelled out, not search.share_budget: its search.py, replayed under this file, has none
+        cap = None if extra is None else max(5, int(0.15 * len(truth.space()))) + extra
         for label, bound in [("throughput", None), *bounds(doc).items()]:
-            cap = None if extra is None else max(5, int(0.15 * len(truth.space()))) + extra
             runs = [replay(truth, bound, served, seed, cap) for seed in [None, *range(seeds)]]
             scores = [truth.score(s.best(), bound) for s in runs]
             ties = [truth.tie(s.best(), bound) for s in runs]
