@@ -7,11 +7,13 @@ served setting, one axis at a time (batching, instances, preferred sizes, delay,
 next value while that is better by more than the noise, stop at the first step that is not; repeat passes while
 a pass moved. The first pass tries every preferred size that can cap a batch, and the longest delay first; later
 passes skip a value that lost by far. A step that lies within noise of the incumbent but ahead of it is measured
-again, and taken if it stays ahead. What the budget has left goes to the unmeasured neighbours of the best setting,
-two axes away (where axes interact: how many instances pay depends on the batches each forms, a delay pays only
-with a preferred size) and then one. The winner is measured again before it is chosen (one measurement is kept for
-that). Everything stops at the budget (measurements, settings and repeats, or time). A preferred size equal to the
-max batch size is no setting of its own: Triton gives a batcher without preferred sizes that one.
+again, and taken if it stays ahead. What the budget has left goes first to the preferred sizes at the instance
+count the first pass walked away from (fewer instances form larger batches, which a cap may trim), then to the
+unmeasured neighbours of the best setting, two axes away (where axes interact: how many instances pay depends on
+the batches each forms, a delay pays only with a preferred size) and then one. The winner is measured again
+before it is chosen (one measurement is kept for that). Everything stops at the budget (measurements, settings
+and repeats, or time). A preferred size equal to the max batch size is no setting of its own: Triton gives a
+batcher without preferred sizes that one.
 
 `Space`, `Objective`, `Search` and `choose` are pure (a `measure` function is handed in: tests drive them
 with synthetic cost functions); `TuneRun` loads candidates into a target and always loads the original
@@ -378,6 +380,7 @@ class Search:
         self.figures: dict[Candidate, Figures] = {}
         self.lost: set[tuple[str, object]] = set()  # (axis, value) steps that lost by far: see `_lost`
         self.settled = False  # the first pass is over
+        self.fork: Candidate | None = None  # where the first pass's instance walk moved away from: see `forked`
 
     def _run(self, cand: Candidate, why: str, baseline: bool = False) -> Figures:
         trial = Trial(cand, baseline=baseline, why=why)
@@ -478,8 +481,11 @@ class Search:
             before = cur
             for axis in self.space.AXES:
                 mode = FIRST_PASS.get(axis, "walk") if first else "walk"
+                came = cur
                 cur, spent = self.jump(axis, cur) if mode == "jump" else self.scan(axis, cur) if mode == "scan" \
                     else self.line(axis, cur)
+                if first and axis == "instances" and cur != came:
+                    self.fork = came
                 if spent:
                     self.confirm()
                     return self.trials
@@ -564,18 +570,32 @@ class Search:
         seen: set[Candidate] = {cand}
         return [c for c in out if not (c in seen or seen.add(c))]  # type: ignore[func-returns-value]
 
+    def forked(self) -> list[Candidate]:
+        """The preferred sizes at the instance count the first pass walked away from (the instance count goes
+        first, and fewer instances form larger batches: a cap that pays there, where a large batch costs more per
+        item, was never tried), those that cap the batches formed there, the size nearest them first."""
+        fork = self.fork
+        results = self.figures[fork].results if fork is not None else []
+        if fork is None or not results:
+            return []
+        formed = results[-1].batch or 1.0
+        caps = [v for v in self.space.values("preferred", fork) if v and not self._pointless("preferred", fork, v)]
+        caps.sort(key=lambda v: (abs(math.log2(max(v) / formed)), max(v)))
+        return [self.space.with_value("preferred", fork, v) for v in caps]
+
     def explore(self) -> None:
-        """Spend what the budget has left on the unmeasured neighbours of the best setting so far (a walk along
-        one axis at a time stops where two axes must move together), the best's neighbours again whenever a
-        new one takes the lead."""
+        """Spend what the budget has left on the preferred sizes the first pass left behind (`forked`), then on the
+        unmeasured neighbours of the best setting so far (a walk along one axis at a time stops where two axes must
+        move together), the best's neighbours again whenever a new one takes the lead."""
         while self.budget.allows(self._reserve()):
             best = self.best() or self._closest()
             if best is None:
                 return
-            todo = [c for c in self.neighbours(best) if c not in self.figures]
+            forked = self.forked()
+            todo = [c for c in (*forked, *self.neighbours(best)) if c not in self.figures]
             if not todo:
                 return
-            self._run(todo[0], "neighbour of the best")
+            self._run(todo[0], "preferred size left behind" if todo[0] in forked else "neighbour of the best")
 
     def confirm(self) -> None:
         """Measure the winner again (one window may have been lucky: a tail that stalls now and then shows in
