@@ -205,3 +205,6 @@ def test_percentiles_and_split():
     sp = split(zero, totals(doc))
     assert (sp.count, sp.queue_us, sp.compute_us, sp.batch) == (40, 100.0, 20_000.0, 4.0)
     assert split(None, totals(doc)).queue_us is None
+    # a snapshot taken between an execution's count and its inferences': a batch is never below one inference
+    torn = dict(totals(doc) or {}, executions=41)
+    assert split(zero, torn).batch == 1.0 and split(zero, dict(torn, executions=9)).batch == pytest.approx(40 / 9)

@@ -6,6 +6,7 @@ Ctrl-C wherever it lands. The search itself is unit-tested on synthetic cost fun
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -481,30 +482,50 @@ def test_default_budget_counts_settings_and_steps_that_lost_by_far_are_not_retri
 
 
 def test_the_preferred_size_the_instance_walk_passed_by_is_tried():
-    """bench/tune_heldout.py's `explode8` (its swept means): one instance forms batches of 8 and more, which cost
-    more per item; the instance walk goes first and reaches three instances, which form batches of 4, where a cap
-    of 8 is pointless and 4 ties. One instance capped at 8, 1.44 times that, is found with the budget left."""
+    """Modelled on bench/tune_heldout.py's `explode8`: one instance forms batches of 8 and more, which cost more per
+    item; the instance walk goes first and reaches three instances, which form batches of 4, where a cap of 8 is
+    pointless and 4 ties. One instance capped at 8, 1.44 times that, is found with the budget left."""
     space = search.Space.for_config({"max_batch_size": 32})
     by_pref = {(): {1: 182, 2: 222, 3: 242}, (16,): {1: 182, 2: 222, 3: 242}, (8,): {1: 348, 2: 298, 3: 243},
                (4,): {1: 340, 2: 280, 3: 240}}
 
-    def measure(cand: search.Candidate) -> LevelResult:
-        db, n = cand.dynamic_batching, cand.instance_count
-        if db is None:
-            return LevelResult(16, 75.0 * n, 100, 150, 215, None, None, 1.0, 100, 0.01)
-        pref = tuple(db["preferred_batch_size"])
-        delay = {0: 1.0, 100: 0.82, 500: 0.9, 1000: 0.95, 2000: 1.0}[db["max_queue_delay_microseconds"]]
-        formed = min([{1: 7.8, 2: 5.4, 3: 4.0}[n], *pref])
-        return LevelResult(16, by_pref[pref][n] * delay, 40, 60, 70, None, None, formed, 100, 0.01)
+    def measurer(scale: dict[int, float] | None = None):
+        def measure(cand: search.Candidate) -> LevelResult:
+            db, n = cand.dynamic_batching, cand.instance_count
+            if db is None:
+                return LevelResult(16, 75.0 * n * (scale or {}).get(n, 1.0), 100, 150, 215, None, None, 1.0, 100,
+                                   0.01)
+            pref = tuple(db["preferred_batch_size"])
+            delay = {0: 1.0, 100: 0.82, 500: 0.9, 1000: 0.95, 2000: 1.0}[db["max_queue_delay_microseconds"]]
+            formed = min([{1: 7.8, 2: 5.4, 3: 4.0}[n], *pref])
+            tput = by_pref[pref][n] * delay * (scale or {}).get(n, 1.0)
+            return LevelResult(16, tput, 40, 60, 70, None, None, formed, 100, 0.01)
+        return measure
 
-    found = search.Search(space, search.Objective(), measure, search.share_budget(len(space)))
-    found.run(search.Candidate(1, None))
+    def run(measure, start: search.Candidate | None = None) -> search.Search:
+        found = search.Search(space, search.Objective(), measure, search.share_budget(len(space)))
+        found.run(start or search.Candidate(1, None))
+        return found
+
+    def probes(found: search.Search) -> list[search.Candidate]:
+        return [t.candidate for t in found.trials if t.why == "preferred size left behind"]
+
+    found = run(measurer())
     best = search.Candidate(1, search.batching(0, [8]))
     assert found.fork == search.Candidate(1, search.batching(0))
     assert search.choose(found.figures, search.Objective()) == best
-    # the cap nearest the batches formed there first; 16 is not pointless at 7.8 but comes last
-    assert [t.candidate for t in found.trials if t.why == "preferred size left behind"][0] == best
+    # the cap nearest the batches formed there (7.8) first; 16 caps nothing there (at or above twice 7.8)
+    assert probes(found)[0] == best and search.Candidate(1, search.batching(0, [16])) not in found.figures
     assert found.budget.settings <= 9
+    # none where one instance lost by far (below 60% of two), nor without Triton's batch statistics (which caps
+    # would trim what formed there is unknown)
+    assert not probes(run(measurer(scale={1: 0.5})))
+    assert found.forked() and found.fork is not None
+    found.figures[found.fork].results[-1] = dataclasses.replace(found.figures[found.fork].results[-1], batch=None)
+    assert found.forked() == []
+    # nor when the walk went down (from three instances, here slower than two): fewer instances form larger batches
+    down = run(measurer(scale={3: 0.5}), search.Candidate(3, search.batching(0)))
+    assert down.figures[search.Candidate(2, search.batching(0))].results and down.fork is None and not probes(down)
 
 
 def test_a_failed_setting_bans_no_value():

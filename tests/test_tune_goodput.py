@@ -203,9 +203,15 @@ def test_goodput_tune_finds_the_batch_that_meets_the_targets_and_writes_it(run_c
     # One instance: on two cores the python backend's own CPU work, not the device lock, bounds the stub, so 4
     # sequences on each of 2 instances tie with 8 on one (12.5 against 12.0 good requests/s seen): a tie is no
     # test of the search. A search over two knobs: test_search_climbs_to_the_peak_within_budget_and_skips_...
-    res = run_cli("tune", "llm", "--url", grpc(llm_server), *GOODPUT, *TARGETS,
-                  "--param", "max_num_seqs=2,4,8,16", "--instances", "1", "--max-trials", "6", "--write",
-                  "--repo", str(gitops), "-o", "json")
+    args = ("tune", "llm", "--url", grpc(llm_server), *GOODPUT, *TARGETS, "--param", "max_num_seqs=2,4,8,16",
+            "--instances", "1", "--max-trials", "6", "--write", "--repo", str(gitops), "-o", "json")
+    res = run_cli(*args)
+    if res.exit_code == 1 and "no setting served a request within" in res.stderr:
+        # the targets are milliseconds of a sleeping stub: beside three other pytest workers on two cores, every
+        # setting's TPOT p99 was once 32 ms (the machine, not the search: tune said so and wrote nothing). Once more
+        assert served(llm_server) == before and "# tune goodput:" not in (
+            gitops / "models" / "chat" / "llm" / "config.pbtxt").read_text()
+        res = run_cli(*args)
     assert res.exit_code == 0, res.stderr
     doc = json.loads(res.stdout)
     assert doc["objective"] == "goodput" and doc["targets"] == {"max_ttft_ms": 750.0, "max_itl_ms": 17.5}

@@ -8,7 +8,7 @@ next value while that is better by more than the noise, stop at the first step t
 a pass moved. The first pass tries every preferred size that can cap a batch, and the longest delay first; later
 passes skip a value that lost by far. A step that lies within noise of the incumbent but ahead of it is measured
 again, and taken if it stays ahead. What the budget has left goes first to the preferred sizes at the instance
-count the first pass walked away from (fewer instances form larger batches, which a cap may trim), then to the
+count the first pass walked up from (fewer instances form larger batches, which a cap may trim), then to the
 unmeasured neighbours of the best setting, two axes away (where axes interact: how many instances pay depends on
 the batches each forms, a delay pays only with a preferred size) and then one. The winner is measured again
 before it is chosen (one measurement is kept for that). Everything stops at the budget (measurements, settings
@@ -380,7 +380,7 @@ class Search:
         self.figures: dict[Candidate, Figures] = {}
         self.lost: set[tuple[str, object]] = set()  # (axis, value) steps that lost by far: see `_lost`
         self.settled = False  # the first pass is over
-        self.fork: Candidate | None = None  # where the first pass's instance walk moved away from: see `forked`
+        self.fork: Candidate | None = None  # where the first pass's instance walk moved up from: see `forked`
 
     def _run(self, cand: Candidate, why: str, baseline: bool = False) -> Figures:
         trial = Trial(cand, baseline=baseline, why=why)
@@ -484,7 +484,7 @@ class Search:
                 came = cur
                 cur, spent = self.jump(axis, cur) if mode == "jump" else self.scan(axis, cur) if mode == "scan" \
                     else self.line(axis, cur)
-                if first and axis == "instances" and cur != came:
+                if first and axis == "instances" and cur.instance_count > came.instance_count:
                     self.fork = came
                 if spent:
                     self.confirm()
@@ -571,14 +571,17 @@ class Search:
         return [c for c in out if not (c in seen or seen.add(c))]  # type: ignore[func-returns-value]
 
     def forked(self) -> list[Candidate]:
-        """The preferred sizes at the instance count the first pass walked away from (the instance count goes
+        """The preferred sizes at the instance count the first pass walked up from (the instance count goes
         first, and fewer instances form larger batches: a cap that pays there, where a large batch costs more per
-        item, was never tried), those that cap the batches formed there, the size nearest them first."""
+        item, was never tried), those that cap the batches formed there, the size nearest them first. None when
+        that instance count lost by far, or Triton did not say which batches formed (no statistics)."""
         fork = self.fork
         results = self.figures[fork].results if fork is not None else []
-        if fork is None or not results:
+        if fork is None or not results or ("instances", fork.instance_count) in self.lost:
             return []
-        formed = results[-1].batch or 1.0
+        formed = results[-1].batch
+        if not formed:
+            return []
         caps = [v for v in self.space.values("preferred", fork) if v and not self._pointless("preferred", fork, v)]
         caps.sort(key=lambda v: (abs(math.log2(max(v) / formed)), max(v)))
         return [self.space.with_value("preferred", fork, v) for v in caps]
