@@ -442,9 +442,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("what", choices=("sweep", "replay", "live", "list"))
     ap.add_argument("--models", default="")
-    ap.add_argument("--set", default="dev",
-                    choices=("dev", "heldout", "heldout2", "heldout3", "heldout4", "heldout5", "heldout6", "heldout7",
-                             "heldout8", "heldout9", "heldout10", "all"))
+    ap.add_argument("--set", default="dev", choices=(*dict.fromkeys(s.part for s in specs()), "all"))
     ap.add_argument("--duration", default="1.5s")
     ap.add_argument("--truth", type=Path, default=TRUTH)
     ap.add_argument("--json", type=Path, default=None)

@@ -576,10 +576,10 @@ class Search:
         item, was never tried), those that cap the batches formed there, the size nearest them first. None when
         that instance count lost by far, or Triton did not say which batches formed (no statistics)."""
         fork = self.fork
-        results = self.figures[fork].results if fork is not None else []
-        if fork is None or not results or ("instances", fork.instance_count) in self.lost:
+        if fork is None or ("instances", fork.instance_count) in self.lost:
             return []
-        formed = results[-1].batch
+        results = self.figures[fork].results
+        formed = results[-1].batch if results else None
         if not formed:
             return []
         caps = [v for v in self.space.values("preferred", fork) if v and not self._pointless("preferred", fork, v)]
