@@ -42,7 +42,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from tune_models import write_model  # noqa: E402
 
-from kubectl_triton.perf import PerfError, inputs, search  # noqa: E402
+from kubectl_triton.perf import PerfError, inputs, search, tunerun  # noqa: E402
 from kubectl_triton.perf.loadgen import LevelResult  # noqa: E402
 from kubectl_triton.perf.target import HttpTarget  # noqa: E402
 
@@ -169,12 +169,12 @@ def sweep(names: list[str], duration_s: float, warmup_s: float, out: Path) -> No
                 original = target.config()
                 reqs = inputs.generate(inputs.input_specs(original))
                 space = search.Space.for_config(original)
-                found = search.tune(target, reqs, CONCURRENCY, duration_s, space, search.Objective(),
+                found = tunerun.tune(target, reqs, CONCURRENCY, duration_s, space, search.Objective(),
                                     search.Budget(), warmup_s=warmup_s, original=original, exhaustive=True)
                 windows = {c: list(f.results) for c, f in found.figures.items() if f.results}
                 again = _second_look(windows)
-                with search.guard() as g:
-                    run = search.TuneRun(target, reqs, CONCURRENCY, duration_s, warmup_s, original, g)
+                with tunerun.guard() as g:
+                    run = tunerun.TuneRun(target, reqs, CONCURRENCY, duration_s, warmup_s, original, g)
                     try:
                         for _ in range(2):
                             for c in again:
@@ -377,8 +377,8 @@ def paired(target: HttpTarget, reqs: list, original: dict, chosen: search.Candid
     winner's curse (the best of 63 noisy means is biased up) nor the hours between the sweep and the run. Returns the
     ratio of their mean throughputs and its standard error (delta method over the windows' spread)."""
     got: dict[search.Candidate, list[float]] = {chosen: [], best: []}
-    with search.guard() as g:
-        run = search.TuneRun(target, reqs, CONCURRENCY, duration_s, 0.4, original, g)
+    with tunerun.guard() as g:
+        run = tunerun.TuneRun(target, reqs, CONCURRENCY, duration_s, 0.4, original, g)
         try:
             for k in range(rounds):
                 for c in ((best, chosen) if k % 2 == 0 else (chosen, best)):

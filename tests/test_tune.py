@@ -528,6 +528,35 @@ def test_the_preferred_size_the_instance_walk_passed_by_is_tried():
     assert down.figures[search.Candidate(2, search.batching(0))].results and down.fork is None and not probes(down)
 
 
+def test_the_preferred_size_left_behind_comes_before_the_second_pass():
+    """Modelled on bench/tune_heldout.py's `explode1` and `tail4`: as above, but a short delay pays a little
+    everywhere, so a second pass from three instances would walk the delay and spend the budget before anything was
+    left for one instance capped at 8. Measured between the passes, the cap wins (1.25 times three instances with
+    the best delay)."""
+    space = search.Space.for_config({"max_batch_size": 32})
+    by_pref = {(): {1: 182, 2: 222, 3: 242}, (16,): {1: 182, 2: 222, 3: 242}, (8,): {1: 348, 2: 298, 3: 243},
+               (4,): {1: 340, 2: 280, 3: 240}}
+    by_delay = {0: 1.0, 100: 1.06, 500: 1.15, 1000: 1.1, 2000: 0.9}
+
+    def measure(cand: search.Candidate) -> LevelResult:
+        db, n = cand.dynamic_batching, cand.instance_count
+        if db is None:
+            return LevelResult(16, 75.0 * n, 100, 150, 215, None, None, 1.0, 100, 0.01)
+        pref = tuple(db["preferred_batch_size"])
+        formed = min([{1: 7.8, 2: 5.4, 3: 4.0}[n], *pref])
+        tput = by_pref[pref][n] * by_delay[db["max_queue_delay_microseconds"]]
+        return LevelResult(16, tput, 40, 60, 70, None, None, formed, 100, 0.01)
+
+    found = search.Search(space, search.Objective(), measure, search.share_budget(len(space)))
+    found.run(search.Candidate(1, None))
+    whys = [t.why for t in found.trials]
+    assert search.choose(found.figures, search.Objective()) == search.Candidate(1, search.batching(0, [8]))
+    # right after the first pass (which ended on the longest delay at three instances), before any later step
+    first_probe = whys.index("preferred size left behind")
+    assert found.trials[first_probe - 1].candidate == search.Candidate(3, search.batching(2000))
+    assert found.budget.settings <= 9
+
+
 def test_a_failed_setting_bans_no_value():
     """A load that fails once (a timeout, a 5xx) says nothing about the axis value: the batching half of the space
     stays open after the first step with batching failed."""

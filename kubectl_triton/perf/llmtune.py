@@ -20,8 +20,9 @@ from kubectl_triton.datafiles import data_text
 from kubectl_triton.errors import InputError
 from kubectl_triton.perf import PerfError
 from kubectl_triton.perf.inputs import Tensor
-from kubectl_triton.perf.search import Budget, Fatal, Guard, guard
+from kubectl_triton.perf.search import Budget
 from kubectl_triton.perf.streaming import Slo, StreamResult, run_stream_level
+from kubectl_triton.perf.tunerun import Fatal, Guard, guard
 
 NOISE_FLOOR = 0.05  # streamed windows hold fewer requests than inference windows: 5% is a tie
 

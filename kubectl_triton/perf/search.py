@@ -7,40 +7,33 @@ served setting, one axis at a time (batching, instances, preferred sizes, delay,
 next value while that is better by more than the noise, stop at the first step that is not; repeat passes while
 a pass moved. The first pass tries every preferred size that can cap a batch, and the longest delay first; later
 passes skip a value that lost by far. A step that lies within noise of the incumbent but ahead of it is measured
-again, and taken if it stays ahead. What the budget has left goes first to the preferred sizes at the instance
-count the first pass walked up from (fewer instances form larger batches, which a cap may trim), then to the
-unmeasured neighbours of the best setting, two axes away (where axes interact: how many instances pay depends on
+again, and taken if it stays ahead. Between the first pass and the second, the preferred sizes at the instance
+count the first pass walked up from (fewer instances form larger batches, which a cap may trim) are measured, and
+the second pass walks on from one that wins. What the budget has left goes to the unmeasured neighbours of the best
+setting, two axes away (where axes interact: how many instances pay depends on
 the batches each forms, a delay pays only with a preferred size) and then one. The winner is measured again
 before it is chosen (one measurement is kept for that). Everything stops at the budget (measurements, settings
 and repeats, or time). A preferred size equal to the max batch size is no setting of its own: Triton gives a
 batcher without preferred sizes that one.
 
-`Space`, `Objective`, `Search` and `choose` are pure (a `measure` function is handed in: tests drive them
-with synthetic cost functions); `TuneRun` loads candidates into a target and always loads the original
-configuration again (success, failure, Ctrl-C: see `guard`)."""
+Everything here is pure (a `measure` function is handed in: tests drive it with synthetic cost functions);
+`kubectl_triton.perf.tunerun` measures on a served model."""
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import math
-import signal
-import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from types import FrameType
 
 from kubectl_triton.perf import PerfError
-from kubectl_triton.perf.inputs import Tensor
-from kubectl_triton.perf.loadgen import LevelResult, merge, run_level
-from kubectl_triton.perf.target import Target
+from kubectl_triton.perf.loadgen import LevelResult
 
 DELAYS_US = (0, 100, 500, 1000, 2000)
 PREFERRED: tuple[tuple[int, ...], ...] = ((), (4,), (8,), (16,))
 MAX_BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128)
 NOISE_FLOOR = 0.03  # two windows within 3% are a tie whatever their own spread says
-MAX_WINDOWS = 3  # an unstable window is followed by at most two more (see TuneRun)
 # how the first pass moves along an axis (later passes walk step by step): every preferred size (a cap pays or
 # not depending on the batches that form, not in the order of the sizes), the longest delay first (a short one
 # mostly adds latency; a long one lets batches fill)
@@ -489,7 +482,13 @@ class Search:
                 if spent:
                     self.confirm()
                     return self.trials
-            first, self.settled = False, True
+            if first:
+                self.settled = True
+                cur, spent = self.back_to_fork(cur)
+                if spent:
+                    self.confirm()
+                    return self.trials
+            first = False
             if cur == before:
                 break
         self.explore()
@@ -586,19 +585,31 @@ class Search:
         caps.sort(key=lambda v: (abs(math.log2(max(v) / formed)), max(v)))
         return [self.space.with_value("preferred", fork, v) for v in caps]
 
+    def back_to_fork(self, cur: Candidate) -> tuple[Candidate, bool]:
+        """After the first pass: each preferred size left behind (`forked`) against `cur`, which the one better
+        beyond noise replaces, so that the later passes walk on from there. Returns the position and whether the
+        budget ran out."""
+        for cand in self.forked():
+            if cand in self.figures:
+                continue
+            if not self.budget.allows(self._reserve()):
+                return cur, True
+            if compare(self._run(cand, "preferred size left behind"), self.figures[cur], self.objective) > 0:
+                cur = cand
+        return cur, False
+
     def explore(self) -> None:
-        """Spend what the budget has left on the preferred sizes the first pass left behind (`forked`), then on the
-        unmeasured neighbours of the best setting so far (a walk along one axis at a time stops where two axes must
-        move together), the best's neighbours again whenever a new one takes the lead."""
+        """Spend what the budget has left on the unmeasured neighbours of the best setting so far (a walk along one
+        axis at a time stops where two axes must move together), the best's neighbours again whenever a new one
+        takes the lead."""
         while self.budget.allows(self._reserve()):
             best = self.best() or self._closest()
             if best is None:
                 return
-            forked = self.forked()
-            todo = [c for c in (*forked, *self.neighbours(best)) if c not in self.figures]
+            todo = [c for c in self.neighbours(best) if c not in self.figures]
             if not todo:
                 return
-            self._run(todo[0], "preferred size left behind" if todo[0] in forked else "neighbour of the best")
+            self._run(todo[0], "neighbour of the best")
 
     def confirm(self) -> None:
         """Measure the winner again (one window may have been lucky: a tail that stalls now and then shows in
@@ -668,138 +679,3 @@ def apply(config: dict, cand: Candidate) -> dict:
     if cand.max_batch_size is not None:
         out["max_batch_size"] = cand.max_batch_size
     return out
-
-
-# -- driving a served model ------------------------------------------------------------------------------
-
-class Guard:
-    """Ctrl-C handling for a run that changes what a server serves. While `shielded` (the default inside
-    `guard()`), SIGINT is held back; inside `interruptible()` it raises KeyboardInterrupt at once. A held-back
-    SIGINT is raised when the next interruptible block begins, or when the guard ends. So a reload and the
-    final restore always complete, and the process still ends as interrupted."""
-
-    def __init__(self) -> None:
-        self.pending = False
-        self.open = False
-
-    def _handler(self, signum: int, frame: FrameType | None) -> None:
-        if self.open:
-            raise KeyboardInterrupt
-        self.pending = True
-
-    @contextlib.contextmanager
-    def interruptible(self) -> Iterator[None]:
-        if self.pending:
-            self.pending = False
-            raise KeyboardInterrupt
-        self.open = True
-        try:
-            yield
-        finally:
-            self.open = False
-
-
-@contextlib.contextmanager
-def guard() -> Iterator[Guard]:
-    """Install a `Guard` as the SIGINT handler (main thread only; elsewhere signals cannot arrive)."""
-    g = Guard()
-    if threading.current_thread() is not threading.main_thread():
-        g.open = True
-        yield g
-        return
-    old = signal.signal(signal.SIGINT, g._handler)
-    try:
-        yield g
-    finally:
-        signal.signal(signal.SIGINT, old)
-    if g.pending:
-        raise KeyboardInterrupt
-
-
-class TuneRun:
-    """Loads candidates into `target` and measures them at one concurrency; `restore()` loads the original
-    configuration again. Use inside `guard()`: loads are shielded from Ctrl-C, measurements are not.
-    A window whose throughput is not stable (a fifth of it more than `stability` percent off their mean:
-    perf_analyzer's criterion, applied to a window's slices) is followed by another, up to MAX_WINDOWS; the
-    measurement is then their merge (mean throughput, worst p99)."""
-
-    def __init__(self, target: Target, requests: list[list[Tensor]], concurrency: int, duration_s: float,
-                 warmup_s: float, original: dict, guard: Guard, stability: float = 0.0,
-                 baseline: Candidate | None = None) -> None:
-        self.target, self.requests, self.concurrency = target, requests, concurrency
-        self.duration_s, self.warmup_s, self.original, self.guard = duration_s, warmup_s, original, guard
-        self.stability = stability
-        self.baseline = baseline if baseline is not None else current(original)  # what the original serves
-        self.loaded: Candidate | None = self.baseline
-        self.changed = False
-
-    def measure(self, cand: Candidate) -> LevelResult:
-        if cand != self.loaded:
-            changed, self.loaded = self.changed, None
-            self.changed = True  # before the load: an interrupted load may have changed it
-            try:
-                self.target.load(apply(self.original, cand))
-            except PerfError as err:
-                if "not allowed" in err.message:  # model control is off: nothing was changed
-                    self.changed, self.loaded = changed, self.baseline if not changed else None
-                    raise PerfError(f"{err.message} (Triton's model control is not explicit)",
-                                    hint="start tritonserver with --model-control-mode=explicit") from None
-                raise
-            self.loaded = cand
-        with self.guard.interruptible():
-            windows = [run_level(self.target, self.requests, self.concurrency, self.duration_s, self.warmup_s)]
-            while len(windows) < MAX_WINDOWS and not windows[-1].stable(self.stability):
-                windows.append(run_level(self.target, self.requests, self.concurrency, self.duration_s, 0.0))
-        return windows[0] if len(windows) == 1 else merge(windows)
-
-    def restore(self) -> None:
-        """Load the original configuration again (if anything was changed)."""
-        if not self.changed:
-            return
-        try:
-            self.target.load(self.original)
-        except PerfError as err:
-            raise PerfError(f"could not restore the original configuration of {self.target.model}: {err.message}",
-                            hint=f"reload it: curl -X POST {self.target.url}/v2/repository/models/"
-                                 f"{self.target.model}/load") from None
-        self.changed, self.loaded = False, self.baseline
-
-
-class Fatal(Exception):
-    """Wraps a PerfError that must end the search (model control refused), not just fail one candidate."""
-
-
-def tune(target: Target, requests: list[list[Tensor]], concurrency: int, duration_s: float, space: Space,
-         objective: Objective, budget: Budget, *, warmup_s: float = 0.5, original: dict | None = None,
-         exhaustive: bool = False, on_trial: Callable[[Trial], None] | None = None,
-         stability: float = 0.0) -> Search:
-    """Search (or, `exhaustive`, measure every setting of) `space` on a served model, starting from its served
-    setting, and load its original configuration again at the end, also after a failure or Ctrl-C (a Ctrl-C
-    during a reload or the restore takes effect once it is done)."""
-    with guard() as g:
-        original = original if original is not None else target.config()
-        run = TuneRun(target, requests, concurrency, duration_s, warmup_s, original, g, stability,
-                      baseline=space.canonical(current(original)))  # as Triton serves it: no reload to the same
-
-        def measure(cand: Candidate) -> LevelResult:
-            try:
-                return run.measure(cand)
-            except PerfError as err:
-                if "model control is not explicit" in err.message:
-                    raise Fatal(err) from None
-                raise
-
-        search = Search(space, objective, measure, budget, on_trial)
-        try:
-            if exhaustive:
-                search._run(run.baseline, "served setting", baseline=True)
-                for cand in space.all():
-                    if cand not in search.figures and budget.allows():
-                        search._run(cand, "exhaustive")
-            else:
-                search.run(run.baseline)
-        except Fatal as err:
-            raise err.args[0] from None
-        finally:
-            run.restore()
-    return search

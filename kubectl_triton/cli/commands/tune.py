@@ -227,7 +227,7 @@ def command(ctx: click.Context, model: str, url: str | None, kubeconfig: str | N
     requests per second whose TTFT <= --max-ttft and time per output token <= --max-itl; --write puts the
     winner and its figures (a comment) into config.pbtxt (and 1/model.json for vLLM). docs/bench-tune.md.
     """
-    from kubectl_triton.perf import inputs, search
+    from kubectl_triton.perf import inputs, search, tunerun
     from kubectl_triton.perf.connect import open_target
 
     fmt = output_format(ctx, output, MEASURE_FORMATS)
@@ -284,8 +284,8 @@ def command(ctx: click.Context, model: str, url: str | None, kubeconfig: str | N
                        else f"failed: {t.error}")
                 click.echo(f"  {'baseline: ' if t.baseline else ''}{t.candidate.describe()}: {fig}", err=True)
 
-        found = search.tune(where.target, requests, concurrency, duration, space, goal, limit, warmup_s=warmup_s,
-                            original=original, exhaustive=exhaustive, on_trial=show, stability=stability)
+        found = tunerun.tune(where.target, requests, concurrency, duration, space, goal, limit, warmup_s=warmup_s,
+                             original=original, exhaustive=exhaustive, on_trial=show, stability=stability)
     failure: PerfError | None = None
     try:
         best = search.choose(found.figures, goal)
