@@ -17,7 +17,7 @@ it), then held-out sets of every shape drawn one after another, each scored befo
 
 Run:
     .venv/bin/python bench/tune_heldout.py sweep [--models NAME,...]
-    .venv/bin/python bench/tune_heldout.py replay [--set dev|heldout|heldout2..heldout11|all] [--seeds N]
+    .venv/bin/python bench/tune_heldout.py replay [--set dev|heldout|heldout2..heldout12|all] [--seeds N]
         [--measurements EXTRA]
     .venv/bin/python bench/tune_heldout.py live [--set ...] [--json FILE] [--paired N]
 """
@@ -121,7 +121,8 @@ and scored once; set I, `heldout9` (the tenth draw), a session later, with the s
 once; set J, `heldout10` (the eleventh draw), was drawn and swept a session later, before the search was changed in
 view of sets A to I, and scored only once that change was done; set K, `heldout11` (the twelfth draw), was drawn and
 swept a session later, before the search was changed in view of sets A to J, and scored only once that change was
-done."""
+done; set L, `heldout12` (the thirteenth draw), was drawn and swept the same session after that change, with the
+search unchanged, and scored once."""
     rng = random.Random(SEED)
     out = []
     for k, part in enumerate(("dev", "heldout")):
@@ -131,7 +132,7 @@ done."""
     doc, costs, mbs = _draw("mixed", rng)
     out.append(Spec("mixed2", "mixed", "heldout", doc, costs, mbs))
     for k, part in ((3, "heldout2"), (4, "heldout3"), (5, "heldout4"), (6, "heldout5"), (7, "heldout6"),
-                    (8, "heldout7"), (9, "heldout8"), (10, "heldout9"), (11, "heldout10"), (12, "heldout11")):
+                    (8, "heldout7"), (9, "heldout8"), (10, "heldout9"), (11, "heldout10"), (12, "heldout11"), (13, "heldout12")):
         for shape in (*SHAPES, "mixed"):
             doc, costs, mbs = _draw(shape, rng)
             out.append(Spec(f"{shape}{k}", shape, part, doc, costs, mbs))
