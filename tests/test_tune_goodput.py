@@ -206,9 +206,12 @@ def test_goodput_tune_finds_the_batch_that_meets_the_targets_and_writes_it(run_c
     args = ("tune", "llm", "--url", grpc(llm_server), *GOODPUT, *TARGETS, "--param", "max_num_seqs=2,4,8,16",
             "--instances", "1", "--max-trials", "6", "--write", "--repo", str(gitops), "-o", "json")
     res = run_cli(*args)
-    if res.exit_code == 1 and "no setting served a request within" in res.stderr:
+    for _ in range(2):
+        if not (res.exit_code == 1 and "no setting served a request within" in res.stderr):
+            break
         # the targets are milliseconds of a sleeping stub: beside three other pytest workers on two cores, every
-        # setting's TPOT p99 was once 32 ms (the machine, not the search: tune said so and wrote nothing). Once more
+        # setting's TPOT p99 was once 32 ms, twice in a row once (TTFT p99 939 ms): the machine, not the search;
+        # tune said so and wrote nothing. Up to twice more
         assert served(llm_server) == before and "# tune goodput:" not in (
             gitops / "models" / "chat" / "llm" / "config.pbtxt").read_text()
         res = run_cli(*args)
