@@ -131,8 +131,8 @@ search unchanged, and scored once."""
             out.append(Spec(f"{shape}{k + 1}", shape, part, doc, costs, mbs))
     doc, costs, mbs = _draw("mixed", rng)
     out.append(Spec("mixed2", "mixed", "heldout", doc, costs, mbs))
-    for k, part in ((3, "heldout2"), (4, "heldout3"), (5, "heldout4"), (6, "heldout5"), (7, "heldout6"),
-                    (8, "heldout7"), (9, "heldout8"), (10, "heldout9"), (11, "heldout10"), (12, "heldout11"), (13, "heldout12")):
+    for k in range(3, 14):  # set B, `heldout2` (the third draw), to set L, `heldout12` (the thirteenth)
+        part = f"heldout{k - 1}"
         for shape in (*SHAPES, "mixed"):
             doc, costs, mbs = _draw(shape, rng)
             out.append(Spec(f"{shape}{k}", shape, part, doc, costs, mbs))
