@@ -42,7 +42,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from tune_models import write_model  # noqa: E402
 
-from kubectl_triton.perf import PerfError, inputs, search, tunerun  # noqa: E402
+from kubectl_triton.perf import PerfError, inputs, search  # noqa: E402
 from kubectl_triton.perf.loadgen import LevelResult  # noqa: E402
 from kubectl_triton.perf.target import HttpTarget  # noqa: E402
 
@@ -156,6 +156,7 @@ def bounds(truth: dict) -> dict[str, float]:
 
 def sweep(names: list[str], duration_s: float, warmup_s: float, out: Path) -> None:
     from kubectl_triton.adapters.tritonserver import TritonServer
+    from kubectl_triton.perf import tunerun  # here: `replay` also runs over commits before ba90f5a, which lack it
 
     out.mkdir(parents=True, exist_ok=True)
     chosen = [s for s in specs() if (s.name in names if names else not (out / f"{s.name}.json").exists())]
@@ -377,6 +378,8 @@ def paired(target: HttpTarget, reqs: list, original: dict, chosen: search.Candid
     `rounds` windows each, in ABBA order (a slow drift of the machine cancels), so the ratio has neither the sweep's
     winner's curse (the best of 63 noisy means is biased up) nor the hours between the sweep and the run. Returns the
     ratio of their mean throughputs and its standard error (delta method over the windows' spread)."""
+    from kubectl_triton.perf import tunerun
+
     got: dict[search.Candidate, list[float]] = {chosen: [], best: []}
     with tunerun.guard() as g:
         run = tunerun.TuneRun(target, reqs, CONCURRENCY, duration_s, 0.4, original, g)
