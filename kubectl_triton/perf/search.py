@@ -10,8 +10,8 @@ passes skip a value that lost by far. A step that lies within noise of the incum
 again, and taken if it stays ahead. Between the first pass and the second, the preferred sizes at the instance
 count the first pass walked up from (fewer instances form larger batches, which a cap may trim) are measured, and
 the second pass walks on from one that wins. What the budget has left goes to the unmeasured neighbours of the best
-setting, two axes away (where axes interact: how many instances pay depends on
-the batches each forms, a delay pays only with a preferred size) and then one. The winner is measured again
+setting, two axes away (where axes interact: how many instances pay depends on the batches each forms, a delay pays
+only with a preferred size) and then one. The winner is measured again
 before it is chosen (one measurement is kept for that). Everything stops at the budget (measurements, settings
 and repeats, or time). A preferred size equal to the max batch size is no setting of its own: Triton gives a
 batcher without preferred sizes that one.
@@ -463,37 +463,37 @@ class Search:
         return formed is not None and max(value) >= 2 * formed  # type: ignore[call-overload]
 
     def run(self, start: Candidate) -> list[Trial]:
-        """Measure `start` (the served setting) and descend from it until a pass moves nothing or the budget
-        is spent."""
+        """Measure `start` (the served setting), descend from it, spend what the budget has left around the best,
+        and measure the winner again."""
         self._run(start, "served setting", baseline=True)
         if not self.figures[start].results:
             return self.trials  # the served setting itself fails: nothing to compare against
-        cur = start
-        first = True
+        if not self.descend(start):
+            self.explore()
+        self.confirm()
+        return self.trials
+
+    def descend(self, cur: Candidate) -> bool:
+        """Passes over the axes from `cur` until one moves nothing, the preferred sizes left behind measured after
+        the first (`back_to_fork`). Returns whether the budget ran out."""
         while True:
             before = cur
             for axis in self.space.AXES:
-                mode = FIRST_PASS.get(axis, "walk") if first else "walk"
+                mode = "walk" if self.settled else FIRST_PASS.get(axis, "walk")
                 came = cur
                 cur, spent = self.jump(axis, cur) if mode == "jump" else self.scan(axis, cur) if mode == "scan" \
                     else self.line(axis, cur)
-                if first and axis == "instances" and cur.instance_count > came.instance_count:
+                if not self.settled and axis == "instances" and cur.instance_count > came.instance_count:
                     self.fork = came
                 if spent:
-                    self.confirm()
-                    return self.trials
-            if first:
+                    return True
+            if not self.settled:
                 self.settled = True
                 cur, spent = self.back_to_fork(cur)
                 if spent:
-                    self.confirm()
-                    return self.trials
-            first = False
+                    return True
             if cur == before:
-                break
-        self.explore()
-        self.confirm()
-        return self.trials
+                return False
 
     def _move(self, axis: str, cur: Candidate, value: object) -> tuple[Candidate, bool | None]:
         cand = self.space.with_value(axis, cur, value)
