@@ -198,6 +198,7 @@ GOODPUT = ("--protocol", "grpc", "--objective", "goodput", "--concurrency", "16"
            "0.5s", "--prompt-tokens", "128", "--output-tokens", "32")
 
 
+@pytest.mark.serial
 def test_goodput_tune_finds_the_batch_that_meets_the_targets_and_writes_it(run_cli, llm_server, gitops):
     before = served(llm_server)
     # One instance: on two cores the python backend's own CPU work, not the device lock, bounds the stub, so 4
@@ -210,8 +211,8 @@ def test_goodput_tune_finds_the_batch_that_meets_the_targets_and_writes_it(run_c
         if not (res.exit_code == 1 and "no setting served a request within" in res.stderr):
             break
         # the targets are milliseconds of a sleeping stub: beside three other pytest workers on two cores, every
-        # setting's TPOT p99 was once 32 ms, twice in a row once (TTFT p99 939 ms): the machine, not the search;
-        # tune said so and wrote nothing. Up to twice more
+        # setting's TPOT p99 was once 32 ms, and TTFT p99 939-1054 ms three runs in a row (hence `serial`: make test
+        # runs it alone). Where the machine is still too slow, tune says so and writes nothing. Up to twice more
         assert served(llm_server) == before and "# tune goodput:" not in (
             gitops / "models" / "chat" / "llm" / "config.pbtxt").read_text()
         res = run_cli(*args)
