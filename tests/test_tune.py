@@ -557,6 +557,40 @@ def test_the_preferred_size_left_behind_comes_before_the_second_pass():
     assert found.budget.settings <= 9
 
 
+def test_more_instances_past_the_bound_are_tried_with_a_cap_before_the_walk_goes_on():
+    """Modelled on bench/tune_heldout.py's `host12` and `host13` within their tight bounds: three instances serve
+    more than two but their uneven batches queue past the bound; capped at 4 they meet it by far (1.47 times two
+    instances). The instance walk stops at two; the capped step is measured before the first pass goes on (else
+    two instances' own preferred sizes and delays spend the budget)."""
+    space = search.Space.for_config({"max_batch_size": 16})
+    tput = {(): {1: 160, 2: 303, 3: 375}, (4,): {1: 150, 2: 293, 3: 444}, (8,): {1: 162, 2: 285, 3: 396}}
+    p99 = {(): {1: 106, 2: 59.6, 3: 67.2}, (4,): {1: 110, 2: 58.9, 3: 42.6}, (8,): {1: 105, 2: 58.8, 3: 65.0}}
+    by_delay = {0: (1.0, 1.0), 100: (0.97, 1.05), 500: (0.95, 1.15), 1000: (0.93, 1.4), 2000: (0.92, 1.5)}
+
+    def measure(cand: search.Candidate) -> LevelResult:
+        db, n = cand.dynamic_batching, cand.instance_count
+        if db is None:
+            return LevelResult(16, 120.0 * n, 100, 120, 136 / n, None, None, 1.0, 100, 0.01)
+        pref = tuple(db["preferred_batch_size"])
+        key = () if pref == (16,) else pref
+        t, d = by_delay[db["max_queue_delay_microseconds"]]
+        formed = min([{1: 8.0, 2: 5.4, 3: 3.5}[n], *pref])
+        return LevelResult(16, tput[key][n] * t, 30, 40, p99[key][n] * d, None, None, formed, 100, 0.01)
+
+    tight = search.Objective(61.6)
+    found = search.Search(space, tight, measure, search.share_budget(len(space)))
+    found.run(search.Candidate(1, None))
+    assert search.choose(found.figures, tight) == search.Candidate(3, search.batching(0, [4]))
+    whys = [(t.why, t.candidate.instance_count) for t in found.trials]
+    assert whys[:5] == [("served setting", 1), ("step", 1), ("step", 2), ("step", 3),
+                        ("capped where more instances crossed the bound", 3)]
+    assert found.budget.settings <= 7
+    # without a bound nothing was crossed: the walk goes to three instances on its own, and no such step is taken
+    free = search.Search(space, search.Objective(), measure, search.share_budget(len(space)))
+    free.run(search.Candidate(1, None))
+    assert "capped where more instances crossed the bound" not in [t.why for t in free.trials]
+
+
 def test_a_failed_setting_bans_no_value():
     """A load that fails once (a timeout, a 5xx) says nothing about the axis value: the batching half of the space
     stays open after the first step with batching failed."""

@@ -7,7 +7,9 @@ served setting, one axis at a time (batching, instances, preferred sizes, delay,
 next value while that is better by more than the noise, stop at the first step that is not; repeat passes while
 a pass moved. The first pass tries every preferred size that can cap a batch, and the longest delay first; later
 passes skip a value that lost by far. A step that lies within noise of the incumbent but ahead of it is measured
-again, and taken if it stays ahead. Between the first pass and the second, the preferred sizes at the instance
+again, and taken if it stays ahead. Where a step to more instances was faster but crossed the p99 bound, that step
+capped at the preferred size nearest its batches is measured right after the instance walk (a cap trims the tail of
+uneven batches). Between the first pass and the second, the preferred sizes at the instance
 count the first pass walked up from (fewer instances form larger batches, which a cap may trim) are measured, and
 the second pass walks on from one that wins. What the budget has left goes to the unmeasured neighbours of the best
 setting, two axes away (where axes interact: how many instances pay depends on the batches each forms, a delay pays
@@ -374,6 +376,7 @@ class Search:
         self.lost: set[tuple[str, object]] = set()  # (axis, value) steps that lost by far: see `_lost`
         self.settled = False  # the first pass is over
         self.fork: Candidate | None = None  # where the first pass's instance walk moved up from: see `forked`
+        self.crossed: Candidate | None = None  # more instances, faster but past the bound: see `cap_crossed`
 
     def _run(self, cand: Candidate, why: str, baseline: bool = False) -> Figures:
         trial = Trial(cand, baseline=baseline, why=why)
@@ -441,6 +444,8 @@ class Search:
                 if verdict is None:
                     return cur, True
                 self._lost(axis, cand, cur, verdict)
+                if axis == "instances" and not verdict and not self.settled and self._crossing(cand, cur):
+                    self.crossed = cand
                 if verdict:
                     cur, moved, i = cand, True, j
                 elif self.figures[cur].score(self.objective)[0] == 2:
@@ -474,8 +479,9 @@ class Search:
         return self.trials
 
     def descend(self, cur: Candidate) -> bool:
-        """Passes over the axes from `cur` until one moves nothing, the preferred sizes left behind measured after
-        the first (`back_to_fork`). Returns whether the budget ran out."""
+        """Passes over the axes from `cur` until one moves nothing: in the first, more instances that crossed the
+        bound measured capped (`cap_crossed`); after it, the preferred sizes left behind (`back_to_fork`). Returns
+        whether the budget ran out."""
         while True:
             before = cur
             for axis in self.space.AXES:
@@ -483,8 +489,11 @@ class Search:
                 came = cur
                 cur, spent = self.jump(axis, cur) if mode == "jump" else self.scan(axis, cur) if mode == "scan" \
                     else self.line(axis, cur)
-                if not self.settled and axis == "instances" and cur.instance_count > came.instance_count:
-                    self.fork = came
+                if not self.settled and axis == "instances":
+                    if cur.instance_count > came.instance_count:
+                        self.fork = came
+                    if not spent:
+                        cur, spent = self.cap_crossed(cur)
                 if spent:
                     return True
             if not self.settled:
@@ -569,6 +578,38 @@ class Search:
         seen: set[Candidate] = {cand}
         return [c for c in out if not (c in seen or seen.add(c))]  # type: ignore[func-returns-value]
 
+    def _crossing(self, cand: Candidate, cur: Candidate) -> bool:
+        """Whether `cand` lost to `cur` only by its p99: faster beyond noise, but past the bound `cur` meets."""
+        fc, fi = self.figures[cand], self.figures[cur]
+        return (fc.score(self.objective)[0] == 1 and fi.score(self.objective)[0] == 2
+                and compare(fc, fi, Objective()) > 0)
+
+    def _caps(self, at: Candidate) -> list[Candidate]:
+        """`at` with each preferred size that caps the batches formed there (see `_pointless`), the size nearest
+        them first; none when Triton did not say which batches formed (no statistics)."""
+        results = self.figures[at].results
+        formed = results[-1].batch if results else None
+        if not formed:
+            return []
+        caps = [v for v in self.space.values("preferred", at) if v and not self._pointless("preferred", at, v)]
+        caps.sort(key=lambda v: (abs(math.log2(max(v) / formed)), max(v)))
+        return [self.space.with_value("preferred", at, v) for v in caps]
+
+    def cap_crossed(self, cur: Candidate) -> tuple[Candidate, bool]:
+        """After the first pass's instance walk, where a step to more instances was faster but crossed the p99
+        bound (`crossed`: its batches queue behind each other in the tail): that step with the preferred size
+        nearest its batches, which replaces `cur` if better beyond noise (a cap trims the tail). Returns the
+        position and whether the budget ran out."""
+        crossed, self.crossed = self.crossed, None
+        caps = [c for c in self._caps(crossed) if c not in self.figures][:1] if crossed is not None else []
+        for cand in caps:
+            if not self.budget.allows(self._reserve()):
+                return cur, True
+            if compare(self._run(cand, "capped where more instances crossed the bound"), self.figures[cur],
+                       self.objective) > 0:
+                cur = cand
+        return cur, False
+
     def forked(self) -> list[Candidate]:
         """The preferred sizes at the instance count the first pass walked up from (the instance count goes
         first, and fewer instances form larger batches: a cap that pays there, where a large batch costs more per
@@ -577,13 +618,7 @@ class Search:
         fork = self.fork
         if fork is None or ("instances", fork.instance_count) in self.lost:
             return []
-        results = self.figures[fork].results
-        formed = results[-1].batch if results else None
-        if not formed:
-            return []
-        caps = [v for v in self.space.values("preferred", fork) if v and not self._pointless("preferred", fork, v)]
-        caps.sort(key=lambda v: (abs(math.log2(max(v) / formed)), max(v)))
-        return [self.space.with_value("preferred", fork, v) for v in caps]
+        return self._caps(fork)
 
     def back_to_fork(self, cur: Candidate) -> tuple[Candidate, bool]:
         """After the first pass: each preferred size left behind (`forked`) against `cur`, which the one better
