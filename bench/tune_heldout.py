@@ -1,7 +1,7 @@
 """Held-out models for tune's search (issue 27): generated cost shapes, their exhaustive truth, and the search
 scored against it.
 
-Forty-one python-backend models (bench/tune_models.py's template: sleeps, a device lock the instances share) drawn
+Ninety-seven python-backend models (bench/tune_models.py's template: sleeps, a device lock the instances share) drawn
 from seven cost shapes with a fixed seed: the development set (the first draw of six shapes: the search was tuned on
 it), then held-out sets of every shape drawn one after another, each scored before the next change of the search
 (`specs` says which set saw which search; the seventh shape exists only in the held-out sets).
@@ -17,7 +17,7 @@ it), then held-out sets of every shape drawn one after another, each scored befo
 
 Run:
     .venv/bin/python bench/tune_heldout.py sweep [--models NAME,...]
-    .venv/bin/python bench/tune_heldout.py replay [--set dev|heldout|heldout2..heldout12|all] [--seeds N]
+    .venv/bin/python bench/tune_heldout.py replay [--set dev|heldout|heldout2..heldout13|all] [--seeds N]
         [--measurements EXTRA]
     .venv/bin/python bench/tune_heldout.py live [--set ...] [--json FILE] [--paired N]
 """
@@ -122,7 +122,8 @@ once; set J, `heldout10` (the eleventh draw), was drawn and swept a session late
 view of sets A to I, and scored only once that change was done; set K, `heldout11` (the twelfth draw), was drawn and
 swept a session later, before the search was changed in view of sets A to J, and scored only once that change was
 done; set L, `heldout12` (the thirteenth draw), was drawn and swept the same session after that change, with the
-search unchanged, and scored once."""
+search unchanged, and scored once; set M, `heldout13` (the fourteenth draw), was drawn and swept a session later,
+before the search was changed in view of sets A to L, and scored only once that change was done."""
     rng = random.Random(SEED)
     out = []
     for k, part in enumerate(("dev", "heldout")):
@@ -131,7 +132,7 @@ search unchanged, and scored once."""
             out.append(Spec(f"{shape}{k + 1}", shape, part, doc, costs, mbs))
     doc, costs, mbs = _draw("mixed", rng)
     out.append(Spec("mixed2", "mixed", "heldout", doc, costs, mbs))
-    for k in range(3, 14):  # set B, `heldout2` (the third draw), to set L, `heldout12` (the thirteenth)
+    for k in range(3, 15):  # set B, `heldout2` (the third draw), to set M, `heldout13` (the fourteenth)
         part = f"heldout{k - 1}"
         for shape in (*SHAPES, "mixed"):
             doc, costs, mbs = _draw(shape, rng)
@@ -439,7 +440,10 @@ def live(root: Path, duration: str, names: list[str], part: str, rounds: int = 0
                                  "seconds": seconds,
                                  "chosen": best.describe() if best else None,
                                  "best": truth.best(bound)[0].describe() if top else None,  # type: ignore
-                                 "command": " ".join(cmd[1:])})
+                                 "command": " ".join(cmd[1:]),
+                                 # what the run measured, in order: why, the setting, throughput, p99
+                                 "steps": [[t["step"], _candidate(t["config"]).describe(), t.get("throughput"),
+                                            t.get("p99_ms")] for t in found["trials"]]})
                     print(json.dumps(rows[-1]), flush=True)
     return rows
 
