@@ -557,38 +557,52 @@ def test_the_preferred_size_left_behind_comes_before_the_second_pass():
     assert found.budget.settings <= 9
 
 
-def test_more_instances_past_the_bound_are_tried_with_a_cap_before_the_walk_goes_on():
-    """Modelled on bench/tune_heldout.py's `host12` and `host13` within their tight bounds: three instances serve
-    more than two but their uneven batches queue past the bound; capped at 4 they meet it by far (1.47 times two
-    instances). The instance walk stops at two; the capped step is measured before the first pass goes on (else
-    two instances' own preferred sizes and delays spend the budget)."""
-    space = search.Space.for_config({"max_batch_size": 16})
+def _host_like(capped_p99: float = 42.6, stats: bool = True):
+    """Modelled on bench/tune_heldout.py's `host12`: three instances serve more than two, but their uneven batches
+    (3.5 on average) queue past a 61.6 ms bound; capped at 4 they serve 1.47 times two, at `capped_p99`."""
     tput = {(): {1: 160, 2: 303, 3: 375}, (4,): {1: 150, 2: 293, 3: 444}, (8,): {1: 162, 2: 285, 3: 396}}
-    p99 = {(): {1: 106, 2: 59.6, 3: 67.2}, (4,): {1: 110, 2: 58.9, 3: 42.6}, (8,): {1: 105, 2: 58.8, 3: 65.0}}
+    p99 = {(): {1: 106, 2: 59.6, 3: 67.2}, (4,): {1: 110, 2: 58.9, 3: capped_p99}, (8,): {1: 105, 2: 58.8, 3: 65.0}}
     by_delay = {0: (1.0, 1.0), 100: (0.97, 1.05), 500: (0.95, 1.15), 1000: (0.93, 1.4), 2000: (0.92, 1.5)}
 
     def measure(cand: search.Candidate) -> LevelResult:
         db, n = cand.dynamic_batching, cand.instance_count
         if db is None:
-            return LevelResult(16, 120.0 * n, 100, 120, 136 / n, None, None, 1.0, 100, 0.01)
+            return LevelResult(16, 120.0 * n, 100, 120, 136 / n, None, None, 1.0 if stats else None, 100, 0.01)
         pref = tuple(db["preferred_batch_size"])
         key = () if pref == (16,) else pref
         t, d = by_delay[db["max_queue_delay_microseconds"]]
-        formed = min([{1: 8.0, 2: 5.4, 3: 3.5}[n], *pref])
+        formed = min([{1: 8.0, 2: 5.4, 3: 3.5}[n], *pref]) if stats else None
         return LevelResult(16, tput[key][n] * t, 30, 40, p99[key][n] * d, None, None, formed, 100, 0.01)
+    return measure
 
+
+CAPPED = "capped where more instances crossed the bound"
+
+
+def test_more_instances_past_the_bound_are_tried_with_a_cap_before_the_walk_goes_on():
+    """The instance walk stops at two (three cross the bound); three capped at 4 are measured before the first pass
+    goes on (else two instances' own preferred sizes and delays spend the budget of 7 settings) and chosen."""
+    space = search.Space.for_config({"max_batch_size": 16})
     tight = search.Objective(61.6)
-    found = search.Search(space, tight, measure, search.share_budget(len(space)))
+    found = search.Search(space, tight, _host_like(), search.share_budget(len(space)))
     found.run(search.Candidate(1, None))
     assert search.choose(found.figures, tight) == search.Candidate(3, search.batching(0, [4]))
     whys = [(t.why, t.candidate.instance_count) for t in found.trials]
-    assert whys[:5] == [("served setting", 1), ("step", 1), ("step", 2), ("step", 3),
-                        ("capped where more instances crossed the bound", 3)]
-    assert found.budget.settings <= 7
-    # without a bound nothing was crossed: the walk goes to three instances on its own, and no such step is taken
-    free = search.Search(space, search.Objective(), measure, search.share_budget(len(space)))
-    free.run(search.Candidate(1, None))
-    assert "capped where more instances crossed the bound" not in [t.why for t in free.trials]
+    assert whys[:5] == [("served setting", 1), ("step", 1), ("step", 2), ("step", 3), (CAPPED, 3)]
+
+
+@pytest.mark.parametrize("capped_p99, stats, measured", [
+    (65.0, True, 1),  # capped, three instances still cross the bound: measured once, not chosen
+    (42.6, False, 0),  # no batch statistics: no size known to cap with, nothing measured
+])
+def test_the_capped_step_that_cannot_help_leaves_two_instances(capped_p99, stats, measured):
+    space = search.Space.for_config({"max_batch_size": 16})
+    tight = search.Objective(61.6)
+    found = search.Search(space, tight, _host_like(capped_p99, stats), search.share_budget(len(space)))
+    found.run(search.Candidate(1, None))
+    chosen = search.choose(found.figures, tight)
+    assert chosen is not None and chosen.instance_count == 2
+    assert [t.why for t in found.trials].count(CAPPED) == measured
 
 
 def test_a_failed_setting_bans_no_value():

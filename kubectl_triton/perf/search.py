@@ -1,22 +1,21 @@
 """tune's search over a model's serving settings: instance count, dynamic batching on/off, max queue delay,
 preferred batch sizes (and max_batch_size when allowed).
 
-The space is small and ordered along each axis, measurements are costly (a model reload and a load window
-each) and noisy. So the strategy is coordinate descent with early stopping, then a local search: from the
-served setting, one axis at a time (batching, instances, preferred sizes, delay, max batch size), step to the
-next value while that is better by more than the noise, stop at the first step that is not; repeat passes while
-a pass moved. The first pass tries every preferred size that can cap a batch, and the longest delay first; later
-passes skip a value that lost by far. A step that lies within noise of the incumbent but ahead of it is measured
-again, and taken if it stays ahead. Where a step to more instances was faster but crossed the p99 bound, that step
-capped at the preferred size nearest its batches is measured right after the instance walk (a cap trims the tail of
-uneven batches). Between the first pass and the second, the preferred sizes at the instance
-count the first pass walked up from (fewer instances form larger batches, which a cap may trim) are measured, and
-the second pass walks on from one that wins. What the budget has left goes to the unmeasured neighbours of the best
-setting, two axes away (where axes interact: how many instances pay depends on the batches each forms, a delay pays
-only with a preferred size) and then one. The winner is measured again
-before it is chosen (one measurement is kept for that). Everything stops at the budget (measurements, settings
-and repeats, or time). A preferred size equal to the max batch size is no setting of its own: Triton gives a
-batcher without preferred sizes that one.
+The space is small and ordered along each axis, measurements are costly (a model reload and a load window each) and
+noisy. So the strategy is coordinate descent with early stopping, then a local search: from the served setting, one
+axis at a time (batching, instances, preferred sizes, delay, max batch size), step to the next value while that is
+better by more than the noise, stop at the first step that is not; repeat passes while a pass moved. The first pass
+tries every preferred size that can cap a batch, and the longest delay first; later passes skip a value that lost
+by far. A step that lies within noise of the incumbent but ahead of it is measured again, and taken if it stays
+ahead. Where the first pass's instance walk stopped below a step up that was faster but crossed the p99 bound, that
+step capped at the preferred size nearest its batches is measured right after the walk (a cap evens uneven batches,
+whose tail queues). Between the first pass and the second, the preferred sizes at the instance count the first pass
+walked up from (fewer instances form larger batches, which a cap may trim) are measured, and the second pass walks
+on from one that wins. What the budget has left goes to the unmeasured neighbours of the best setting, two axes
+away (where axes interact: how many instances pay depends on the batches each forms, a delay pays only with a
+preferred size) and then one. The winner is measured again before it is chosen (one measurement is kept for that).
+Everything stops at the budget (measurements, settings and repeats, or time). A preferred size equal to the max
+batch size is no setting of its own: Triton gives a batcher without preferred sizes that one.
 
 Everything here is pure (a `measure` function is handed in: tests drive it with synthetic cost functions);
 `kubectl_triton.perf.tunerun` measures on a served model."""
@@ -426,7 +425,8 @@ class Search:
     def line(self, axis: str, cur: Candidate) -> tuple[Candidate, bool]:
         """Move `cur` along `axis` while each step is better: upwards first, downwards when the first step up
         is not. While `cur` misses the p99 bound, a step that is not better does not end the walk (the axis is
-        walked to its end: a later value may meet the bound). Returns the new position and whether the budget
+        walked to its end: a later value may meet the bound). In the first pass, a step up in instances that lost
+        only by its p99 is kept as `crossed` (see `cap_crossed`). Returns the new position and whether the budget
         ran out."""
         vals = self.space.values(axis, cur)
         i = self.space.snap(axis, cur)
@@ -444,7 +444,8 @@ class Search:
                 if verdict is None:
                     return cur, True
                 self._lost(axis, cand, cur, verdict)
-                if axis == "instances" and not verdict and not self.settled and self._crossing(cand, cur):
+                if (axis == "instances" and not verdict and not self.settled
+                        and cand.instance_count > cur.instance_count and self._crossing(cand, cur)):
                     self.crossed = cand
                 if verdict:
                     cur, moved, i = cand, True, j
@@ -490,10 +491,10 @@ class Search:
                 cur, spent = self.jump(axis, cur) if mode == "jump" else self.scan(axis, cur) if mode == "scan" \
                     else self.line(axis, cur)
                 if not self.settled and axis == "instances":
-                    if cur.instance_count > came.instance_count:
-                        self.fork = came
                     if not spent:
                         cur, spent = self.cap_crossed(cur)
+                    if cur.instance_count > came.instance_count:
+                        self.fork = came
                 if spent:
                     return True
             if not self.settled:
@@ -595,20 +596,26 @@ class Search:
         caps.sort(key=lambda v: (abs(math.log2(max(v) / formed)), max(v)))
         return [self.space.with_value("preferred", at, v) for v in caps]
 
-    def cap_crossed(self, cur: Candidate) -> tuple[Candidate, bool]:
-        """After the first pass's instance walk, where a step to more instances was faster but crossed the p99
-        bound (`crossed`: its batches queue behind each other in the tail): that step with the preferred size
-        nearest its batches, which replaces `cur` if better beyond noise (a cap trims the tail). Returns the
+    def _challenge(self, cands: list[Candidate], why: str, cur: Candidate) -> tuple[Candidate, bool]:
+        """Each unmeasured candidate measured against `cur`, which one better beyond noise replaces. Returns the
         position and whether the budget ran out."""
-        crossed, self.crossed = self.crossed, None
-        caps = [c for c in self._caps(crossed) if c not in self.figures][:1] if crossed is not None else []
-        for cand in caps:
+        for cand in cands:
+            if cand in self.figures:
+                continue
             if not self.budget.allows(self._reserve()):
                 return cur, True
-            if compare(self._run(cand, "capped where more instances crossed the bound"), self.figures[cur],
-                       self.objective) > 0:
+            if compare(self._run(cand, why), self.figures[cur], self.objective) > 0:
                 cur = cand
         return cur, False
+
+    def cap_crossed(self, cur: Candidate) -> tuple[Candidate, bool]:
+        """After the first pass's instance walk, where a step up to more instances was faster but crossed the p99
+        bound (`crossed`: its batches queue behind each other in the tail): that step with the preferred size
+        nearest its batches (none without Triton's batch statistics, or already measured), which replaces `cur`
+        if better beyond noise (a cap evens the batches). Returns the position and whether the budget ran out."""
+        crossed, self.crossed = self.crossed, None
+        nearest = self._caps(crossed)[:1] if crossed is not None else []
+        return self._challenge(nearest, "capped where more instances crossed the bound", cur)
 
     def forked(self) -> list[Candidate]:
         """The preferred sizes at the instance count the first pass walked up from (the instance count goes
@@ -624,14 +631,7 @@ class Search:
         """After the first pass: each preferred size left behind (`forked`) against `cur`, which the one better
         beyond noise replaces, so that the later passes walk on from there. Returns the position and whether the
         budget ran out."""
-        for cand in self.forked():
-            if cand in self.figures:
-                continue
-            if not self.budget.allows(self._reserve()):
-                return cur, True
-            if compare(self._run(cand, "preferred size left behind"), self.figures[cur], self.objective) > 0:
-                cur = cand
-        return cur, False
+        return self._challenge(self.forked(), "preferred size left behind", cur)
 
     def explore(self) -> None:
         """Spend what the budget has left on the unmeasured neighbours of the best setting so far (a walk along one
