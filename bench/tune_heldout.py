@@ -17,7 +17,7 @@ it), then held-out sets of every shape drawn one after another, each scored befo
 
 Run:
     .venv/bin/python bench/tune_heldout.py sweep [--models NAME,...]
-    .venv/bin/python bench/tune_heldout.py replay [--set dev|heldout|heldout2..heldout13|all] [--seeds N]
+    .venv/bin/python bench/tune_heldout.py replay [--set dev|heldout|heldout2..heldout14|all] [--seeds N]
         [--measurements EXTRA]
     .venv/bin/python bench/tune_heldout.py live [--set ...] [--json FILE] [--paired N]
 """
@@ -123,7 +123,9 @@ view of sets A to I, and scored only once that change was done; set K, `heldout1
 swept a session later, before the search was changed in view of sets A to J, and scored only once that change was
 done; set L, `heldout12` (the thirteenth draw), was drawn and swept the same session after that change, with the
 search unchanged, and scored once; set M, `heldout13` (the fourteenth draw), was drawn and swept a session later,
-before the search was changed in view of sets A to L, and scored only once that change was done."""
+before the search was changed in view of sets A to L, and scored only once that change was done; set N, `heldout14`
+(the fifteenth draw), was drawn and swept the same session after that change, with the search unchanged, and scored
+once."""
     rng = random.Random(SEED)
     out = []
     for k, part in enumerate(("dev", "heldout")):
@@ -132,7 +134,7 @@ before the search was changed in view of sets A to L, and scored only once that 
             out.append(Spec(f"{shape}{k + 1}", shape, part, doc, costs, mbs))
     doc, costs, mbs = _draw("mixed", rng)
     out.append(Spec("mixed2", "mixed", "heldout", doc, costs, mbs))
-    for k in range(3, 15):  # set B, `heldout2` (the third draw), to set M, `heldout13` (the fourteenth)
+    for k in range(3, 16):  # set B, `heldout2` (the third draw), to set N, `heldout14` (the fifteenth)
         part = f"heldout{k - 1}"
         for shape in (*SHAPES, "mixed"):
             doc, costs, mbs = _draw(shape, rng)
