@@ -1,10 +1,10 @@
 """Held-out models for tune's search (issue 27): generated cost shapes, their exhaustive truth, and the search
 scored against it.
 
-Ninety-seven python-backend models (bench/tune_models.py's template: sleeps, a device lock the instances share) drawn
-from seven cost shapes with a fixed seed: the development set (the first draw of six shapes: the search was tuned on
-it), then held-out sets of every shape drawn one after another, each scored before the next change of the search
-(`specs` says which set saw which search; the seventh shape exists only in the held-out sets).
+A hundred and four python-backend models (bench/tune_models.py's template: sleeps, a device lock the instances
+share) drawn from seven cost shapes with a fixed seed: the development set (the first draw of six shapes: the search
+was tuned on it), then held-out sets of every shape drawn one after another, each scored before the next change of
+the search (`specs` says which set saw which search; the seventh shape exists only in the held-out sets).
 
     sweep     (the models without a truth file, or --models) every setting of the default space (63 at
               max_batch_size >= 16) measured once on a real tritonserver, then the settings within 15% of
