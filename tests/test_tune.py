@@ -576,7 +576,7 @@ def _host_like(capped_p99: float = 42.6, stats: bool = True):
     return measure
 
 
-CAPPED = "capped where more instances crossed the bound"
+CAPPED = "capped where a step up crossed the bound"
 
 
 def test_more_instances_past_the_bound_are_tried_with_a_cap_before_the_walk_goes_on():
@@ -603,6 +603,49 @@ def test_the_capped_step_that_cannot_help_leaves_two_instances(capped_p99, stats
     chosen = search.choose(found.figures, tight)
     assert chosen is not None and chosen.instance_count == 2
     assert [t.why for t in found.trials].count(CAPPED) == measured
+
+
+def _tail_like(stats: bool = True):
+    """Modelled on bench/tune_heldout.py's `tail15`: batching quadruples throughput, but a batch above 4 now and then
+    stalls, so at one instance (batches of 8) p99 sits just past a 181.8 ms bound; capped at 4 it meets the bound by
+    far, and two instances capped at 4 serve the most. More instances without batching pay nothing."""
+    tput = {(): {1: 378, 2: 350, 3: 336}, (4,): {1: 348, 2: 377, 3: 375}, (8,): {1: 354, 2: 317, 3: 261}}
+    p99 = {(): {1: 182.5, 2: 190, 3: 197}, (4,): {1: 51, 2: 45, 3: 44.5}, (8,): {1: 182.3, 2: 293, 3: 352}}
+    by_delay = {0: (1.0, 1.0), 100: (0.99, 1.1), 500: (0.98, 1.3), 1000: (0.97, 2.0), 2000: (0.96, 3.6)}
+
+    def measure(cand: search.Candidate) -> LevelResult:
+        db, n = cand.dynamic_batching, cand.instance_count
+        if db is None:
+            return LevelResult(8, {1: 101, 2: 105, 3: 104}[n], 60, 100, {1: 163, 2: 154, 3: 158}[n], None, None,
+                               1.0 if stats else None, 100, 0.01)
+        pref = tuple(db["preferred_batch_size"])
+        key = () if pref == (16,) else pref
+        t, d = by_delay[db["max_queue_delay_microseconds"]]
+        formed = min([{1: 8.0, 2: 5.3, 3: 4.0}[n], *pref]) if stats else None
+        return LevelResult(8, tput[key][n] * t, 20, 40, p99[key][n] * d, None, None, formed, 100, 0.01)
+    return measure
+
+
+def test_batching_past_the_bound_is_tried_with_a_cap_below_its_batches():
+    """Batching at one instance crosses the tight bound by a hair, so the walk stays without batching, where every
+    neighbour is soon measured: batching capped below its batches of 8 (at 4; capped at 8 it still crosses) is
+    measured right after the instance walk, and the later passes walk on from there to two instances."""
+    space = search.Space.for_config({"max_batch_size": 16})
+    tight = search.Objective(181.8)
+    found = search.Search(space, tight, _tail_like(), search.share_budget(len(space)))
+    found.run(search.Candidate(1, None))
+    assert search.choose(found.figures, tight) == search.Candidate(2, search.batching(0, [4]))
+    capped = [t.candidate for t in found.trials if t.why == CAPPED]
+    assert capped == [search.Candidate(1, search.batching(0, [4]))]
+    assert found.budget.settings <= 9
+
+
+def test_batching_past_the_bound_without_batch_statistics_measures_no_cap():
+    space = search.Space.for_config({"max_batch_size": 16})
+    tight = search.Objective(181.8)
+    found = search.Search(space, tight, _tail_like(stats=False), search.share_budget(len(space)))
+    found.run(search.Candidate(1, None))
+    assert CAPPED not in [t.why for t in found.trials]
 
 
 def test_a_failed_setting_bans_no_value():

@@ -7,9 +7,9 @@ axis at a time (batching, instances, preferred sizes, delay, max batch size), st
 better by more than the noise, stop at the first step that is not; repeat passes while a pass moved. The first pass
 tries every preferred size that can cap a batch, and the longest delay first; later passes skip a value that lost
 by far. A step that lies within noise of the incumbent but ahead of it is measured again, and taken if it stays
-ahead. Where the first pass's instance walk stopped below a step up that was faster but crossed the p99 bound, that
-step capped at the preferred size nearest its batches is measured right after the walk (a cap evens uneven batches,
-whose tail queues). Between the first pass and the second, the preferred sizes at the instance count the first pass
+ahead. Where a step of the first pass up in instances or to batching was faster but crossed the p99 bound, that step
+capped below its batches is measured right after the instance walk (a cap evens uneven batches, whose tail
+queues). Between the first pass and the second, the preferred sizes at the instance count the first pass
 walked up from (fewer instances form larger batches, which a cap may trim) are measured, and the second pass walks
 on from one that wins. What the budget has left goes to the unmeasured neighbours of the best setting, two axes
 away (where axes interact: how many instances pay depends on the batches each forms, a delay pays only with a
@@ -375,7 +375,7 @@ class Search:
         self.lost: set[tuple[str, object]] = set()  # (axis, value) steps that lost by far: see `_lost`
         self.settled = False  # the first pass is over
         self.fork: Candidate | None = None  # where the first pass's instance walk moved up from: see `forked`
-        self.crossed: Candidate | None = None  # more instances, faster but past the bound: see `cap_crossed`
+        self.crossed: list[Candidate] = []  # steps up, faster but past the bound: see `cap_crossed`
 
     def _run(self, cand: Candidate, why: str, baseline: bool = False) -> Figures:
         trial = Trial(cand, baseline=baseline, why=why)
@@ -425,9 +425,9 @@ class Search:
     def line(self, axis: str, cur: Candidate) -> tuple[Candidate, bool]:
         """Move `cur` along `axis` while each step is better: upwards first, downwards when the first step up
         is not. While `cur` misses the p99 bound, a step that is not better does not end the walk (the axis is
-        walked to its end: a later value may meet the bound). In the first pass, a step up in instances that lost
-        only by its p99 is kept as `crossed` (see `cap_crossed`). Returns the new position and whether the budget
-        ran out."""
+        walked to its end: a later value may meet the bound). In the first pass, a step up in instances or to
+        batching that lost only by its p99 is kept in `crossed` (see `cap_crossed`). Returns the new position and
+        whether the budget ran out."""
         vals = self.space.values(axis, cur)
         i = self.space.snap(axis, cur)
         if i is None or len(vals) < 2:
@@ -444,9 +444,8 @@ class Search:
                 if verdict is None:
                     return cur, True
                 self._lost(axis, cand, cur, verdict)
-                if (axis == "instances" and not verdict and not self.settled
-                        and cand.instance_count > cur.instance_count and self._crossing(cand, cur)):
-                    self.crossed = cand
+                if not verdict and not self.settled and self._step_up(axis, cand, cur) and self._crossing(cand, cur):
+                    self.crossed.append(cand)
                 if verdict:
                     cur, moved, i = cand, True, j
                 elif self.figures[cur].score(self.objective)[0] == 2:
@@ -480,8 +479,8 @@ class Search:
         return self.trials
 
     def descend(self, cur: Candidate) -> bool:
-        """Passes over the axes from `cur` until one moves nothing: in the first, more instances that crossed the
-        bound measured capped (`cap_crossed`); after it, the preferred sizes left behind (`back_to_fork`). Returns
+        """Passes over the axes from `cur` until one moves nothing: in the first, steps up that crossed the bound
+        measured capped (`cap_crossed`); after it, the preferred sizes left behind (`back_to_fork`). Returns
         whether the budget ran out."""
         while True:
             before = cur
@@ -579,21 +578,29 @@ class Search:
         seen: set[Candidate] = {cand}
         return [c for c in out if not (c in seen or seen.add(c))]  # type: ignore[func-returns-value]
 
+    @staticmethod
+    def _step_up(axis: str, cand: Candidate, cur: Candidate) -> bool:
+        """Whether `cand` adds to `cur` what lets requests run side by side: more instances, or batching."""
+        if axis == "instances":
+            return cand.instance_count > cur.instance_count
+        return axis == "batching" and cur.dynamic_batching is None
+
     def _crossing(self, cand: Candidate, cur: Candidate) -> bool:
         """Whether `cand` lost to `cur` only by its p99: faster beyond noise, but past the bound `cur` meets."""
         fc, fi = self.figures[cand], self.figures[cur]
         return (fc.score(self.objective)[0] == 1 and fi.score(self.objective)[0] == 2
                 and compare(fc, fi, Objective()) > 0)
 
-    def _caps(self, at: Candidate) -> list[Candidate]:
+    def _caps(self, at: Candidate, below_first: bool = False) -> list[Candidate]:
         """`at` with each preferred size that caps the batches formed there (see `_pointless`), the size nearest
-        them first; none when Triton did not say which batches formed (no statistics)."""
+        them first (`below_first`: the sizes below their mean before the others); none when Triton did not say which
+        batches formed (no statistics)."""
         results = self.figures[at].results
         formed = results[-1].batch if results else None
         if not formed:
             return []
         caps = [v for v in self.space.values("preferred", at) if v and not self._pointless("preferred", at, v)]
-        caps.sort(key=lambda v: (abs(math.log2(max(v) / formed)), max(v)))
+        caps.sort(key=lambda v: (below_first and max(v) >= formed, abs(math.log2(max(v) / formed)), max(v)))
         return [self.space.with_value("preferred", at, v) for v in caps]
 
     def _challenge(self, cands: list[Candidate], why: str, cur: Candidate) -> tuple[Candidate, bool]:
@@ -609,13 +616,14 @@ class Search:
         return cur, False
 
     def cap_crossed(self, cur: Candidate) -> tuple[Candidate, bool]:
-        """After the first pass's instance walk, where a step up to more instances was faster but crossed the p99
-        bound (`crossed`: its batches queue behind each other in the tail): that step with the preferred size
-        nearest its batches (none without Triton's batch statistics, or already measured), which replaces `cur`
-        if better beyond noise (a cap evens the batches). Returns the position and whether the budget ran out."""
-        crossed, self.crossed = self.crossed, None
-        nearest = self._caps(crossed)[:1] if crossed is not None else []
-        return self._challenge(nearest, "capped where more instances crossed the bound", cur)
+        """After the first pass's instance walk, for each step up (more instances, batching turned on) that was
+        faster but crossed the p99 bound (`crossed`: its batches queue behind each other in the tail): that step
+        with the preferred size nearest below its batches (a cap at or above their mean trims only the larger ones
+        of a mix), else nearest above; none without Triton's batch statistics, or already measured. One better
+        than `cur` beyond noise replaces it. Returns the position and whether the budget ran out."""
+        crossed, self.crossed = self.crossed, []
+        caps = [cap for step in crossed for cap in self._caps(step, below_first=True)[:1]]
+        return self._challenge(caps, "capped where a step up crossed the bound", cur)
 
     def forked(self) -> list[Candidate]:
         """The preferred sizes at the instance count the first pass walked up from (the instance count goes
