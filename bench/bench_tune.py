@@ -3,7 +3,7 @@
 A real tritonserver (explicit model control) serves the three python models of bench/tune_models.py, whose
 cost structures differ (batching pays / a second instance pays / large batches break a latency bound). For
 each, `kubectl triton tune` runs as a user runs it (a subprocess, -o json) twice over the default space of
-63 settings at concurrency 16: `--exhaustive` (every setting measured once) and the default search (its
+63 settings at concurrency 16: `--exhaustive` (every setting once, the winner again) and the default search (its
 default budget: 15% of the space). Then a confirmation run measures the two winners again, alternately
 (`--confirm` windows each), because the best of 63 noisy windows is biased upwards (the winner's curse).
 
@@ -94,7 +94,7 @@ def compare(url: str, name: str, sweep: dict, found: dict, windows: int, duratio
     by = dict(zip([k for k in ("sweep", "search") if (sweep if k == "sweep" else found)["best"]], conf, strict=True))
     out = {"cost": MODELS[name][0], "objective": found["objective"], "max_p99_ms": bound, "space": sweep["space"],
            "sweep_measurements": sweep["measurements"], "search_measurements": found["measurements"],
-           "measurement_fraction": round(found["measurements"] / sweep["measurements"], 3),
+           "measurement_fraction": round(found["measurements"] / sweep["space"], 3),
            "sweep_best": sweep["best"], "search_best": found["best"], "search_error": found["error"],
            "confirmation": by}
     if not sweep["best"]:
@@ -147,7 +147,7 @@ def main(argv: list[str] | None = None) -> dict:
     for name, m in report["models"].items():
         obj = m["objective"] + (f" <{m['max_p99_ms']:g}ms" if m["max_p99_ms"] else "")
         ok = "-" if m["search_meets_bound_confirmed"] is None else str(m["search_meets_bound_confirmed"])
-        print(f"{name:10}{obj:>16}{m['search_measurements']:>4}/{m['sweep_measurements']:<5}"
+        print(f"{name:10}{obj:>16}{m['search_measurements']:>4}/{m['space']:<5}"
               f"{m['measurement_fraction']:>7.0%}{pct(m['fraction_own_windows']):>7}"
               f"{pct(m['fraction_as_swept']):>7}{pct(m['fraction_confirmed']):>10}  {ok:>6}  "
               f"{describe(m['search_best'])} / {describe(m['sweep_best'])}")

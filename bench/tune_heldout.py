@@ -12,13 +12,14 @@ the search (`specs` says which set saw which search; the seventh shape exists on
               cached as JSON under --truth
     replay    the search run on the cached truth (a measurement returns the setting's recorded windows in turn),
               every model, throughput and two latency bounds: what a change to the search does, in seconds
+              (--exhaustive: `tune --exhaustive` instead, the most one window a setting can tell)
     live      `kubectl triton tune` as a user runs it (subprocess, -o json) on the held-out models, scored
               against the cached truth
 
 Run:
     .venv/bin/python bench/tune_heldout.py sweep [--models NAME,...]
     .venv/bin/python bench/tune_heldout.py replay [--set dev|heldout|heldout2..heldout15|all] [--seeds N]
-        [--measurements EXTRA]
+        [--measurements EXTRA | --exhaustive]
     .venv/bin/python bench/tune_heldout.py live [--set ...] [--json FILE] [--paired N]
 """
 
@@ -293,9 +294,10 @@ class Truth:
 
 
 def replay(truth: Truth, bound: float | None, served: search.Candidate, seed: int | None = None,
-           measurements: int | None = None) -> search.Search:
-    """The search on the recorded windows: each measurement of a setting returns its next window, in recorded order
-    (seed None) or in an order shuffled with `seed` (a live run draws any of them first)."""
+           measurements: int | None = None, exhaustive: bool = False) -> search.Search:
+    """The search (`exhaustive`: `tune --exhaustive`'s sweep, every setting once and the winner again) on the recorded
+    windows: each measurement of a setting returns its next window, in recorded order (seed None) or in an order
+    shuffled with `seed` (a live run draws any of them first)."""
     seen: dict[search.Candidate, int] = {}
     order: dict[search.Candidate, list[LevelResult]] = {}
     rng = random.Random(seed)
@@ -312,15 +314,20 @@ def replay(truth: Truth, bound: float | None, served: search.Candidate, seed: in
         return order[c][i % len(ws)]
 
     space = truth.space()
-    budget = search.share_budget(len(space)) if measurements is None else search.Budget(max_trials=measurements)
+    budget = search.Budget() if exhaustive else \
+        search.share_budget(len(space)) if measurements is None else search.Budget(max_trials=measurements)
     s = search.Search(space, search.Objective(bound), measure, budget)
-    s.run(served)
+    if exhaustive:
+        s.sweep(served)
+    else:
+        s.run(served)
     return s
 
 
-def run_replay(part: str, root: Path, seeds: int = 0, extra: int | None = None) -> list[dict]:
+def run_replay(part: str, root: Path, seeds: int = 0, extra: int | None = None, exhaustive: bool = False) -> list[dict]:
     """One row per model and objective: the recorded order's run, and with `seeds`, that many shuffled orders
-    besides (`score` is then their mean, `worst` the lowest; `chosen` is the recorded order's)."""
+    besides (`score` is then their mean, `worst` the lowest; `chosen` is the recorded order's); `exhaustive`: of
+    `tune --exhaustive` (see `replay`)."""
     rows = []
     for doc in load_truth(root, part):
         truth = Truth(doc)
@@ -328,7 +335,7 @@ def run_replay(part: str, root: Path, seeds: int = 0, extra: int | None = None) 
         # d534acf's budget spelled out, not search.share_budget: its search.py, replayed under this file, has none
         cap = None if extra is None else max(5, int(0.15 * len(truth.space()))) + extra
         for label, bound in [("throughput", None), *bounds(doc).items()]:
-            runs = [replay(truth, bound, served, seed, cap) for seed in [None, *range(seeds)]]
+            runs = [replay(truth, bound, served, seed, cap, exhaustive) for seed in [None, *range(seeds)]]
             scores = [truth.score(s.best(), bound) for s in runs]
             ties = [truth.tie(s.best(), bound) for s in runs]
             chosen = runs[0].best()
@@ -463,6 +470,9 @@ def main() -> None:
     ap.add_argument("--measurements", type=int, default=None, metavar="EXTRA",
                     help="replay: a budget of 15%% of the space (at least 5) plus EXTRA in measurements, repeats "
                          "counted, instead of the default (15%% in settings and a third as many repeats besides)")
+    ap.add_argument("--exhaustive", action="store_true",
+                    help="replay: `tune --exhaustive` (every setting once, the winner again) instead of the search: "
+                         "what one window a setting can tell at most")
     ap.add_argument("--paired", type=int, default=0,
                     help="live: windows of the chosen and of the truth's best each, measured side by side after a run")
     args = ap.parse_args()
@@ -474,8 +484,10 @@ def main() -> None:
     if args.what == "sweep":
         sweep(names, float(args.duration.rstrip("s")), 0.4, args.truth)
         return
-    rows = run_replay(args.set, args.truth, args.seeds, args.measurements) if args.what == "replay" else \
-        live(args.truth, args.duration, names, args.set, args.paired)
+    if args.what == "replay":
+        rows = run_replay(args.set, args.truth, args.seeds, args.measurements, args.exhaustive)
+    else:
+        rows = live(args.truth, args.duration, names, args.set, args.paired)
     report(rows)
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1) + "\n")

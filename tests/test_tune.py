@@ -90,9 +90,11 @@ def test_text_table_and_exhaustive_grid(run_cli, triton, gitops):
     assert lines[0].split() == ["#", "INSTANCES", "BATCHING", "PREFERRED", "DELAY_US", "THROUGHPUT/S", "P50_MS",
                                 "P99_MS", "BATCH", "NOTE"]
     assert lines[1].split()[:3] == ["1", "1", "off"] and lines[1].endswith("baseline")
-    assert lines[2].split()[:3] == ["2", "1", "dynamic"] and lines[2].endswith("best")
+    assert lines[2].split()[:3] == ["2", "1", "dynamic"]
+    # every setting once, then the winner again (a lucky window is what a single look chooses), as the search does
+    assert lines[3].split()[:3] == ["3", "1", "dynamic"] and lines[3].endswith("again, best"), res.stdout
     assert lines[-1].startswith("best: 1 instance, dynamic batching, delay 0 µs") and \
-        lines[-1].endswith("2 settings (2 measurements) of a space of 2")
+        lines[-1].endswith("2 settings (3 measurements) of a space of 2")
     # the search measures its winner again before choosing it, and the table says so
     res = run_cli("tune", "fixedcost", "--url", triton.http_url, *QUICK, "--instances", "1",
                   "--max-queue-delay-us", "0", "--preferred-batch-sizes", "none")
@@ -110,15 +112,17 @@ def test_latency_objective_and_refused_candidates(run_cli, triton, gitops):
                   "--max-queue-delay-us", "0", "--preferred-batch-sizes", "64", "--exhaustive", "-o", "json")
     assert res.exit_code == 0, res.stderr
     doc = json.loads(res.stdout)
-    assert doc["space"] == 2 and len(doc["trials"]) == 2  # 64 > max_batch_size 32: no preference instead
+    assert doc["space"] == 2 and len(doc["trials"]) == 3  # 64 > max_batch_size 32: no preference instead
+    assert [t["step"] for t in doc["trials"]] == ["served setting", "exhaustive", "winner: measured again"]
     assert doc["trials"][1]["config"]["dynamic_batching"]["preferred_batch_size"] == []
     res = run_cli("tune", "fixedcost", "--url", triton.http_url, *QUICK, "--instances", "1",
                   "--max-queue-delay-us", "0", "--preferred-batch-sizes", "16", "--allow-max-batch-size",
                   "--max-batch-sizes", "8,32", "--exhaustive", "-o", "json")
     assert res.exit_code == 0, res.stderr
     trials = json.loads(res.stdout)["trials"]
-    assert [(t["config"].get("max_batch_size"), bool(t["error"])) for t in trials[1:]] == \
+    assert [(t["config"].get("max_batch_size"), bool(t["error"])) for t in trials[1:5]] == \
         [(8, False), (8, False), (32, False), (32, False)]
+    assert [t["step"] for t in trials[5:]] == ["winner: measured again"]
     assert trials[2]["config"]["dynamic_batching"]["preferred_batch_size"] == []  # 16 does not fit a max of 8
     assert served(triton) == before
     # the choice keeps the bound in every window it was measured in (20 ms a request at concurrency 1)
@@ -357,6 +361,29 @@ def test_ties_are_measured_again_and_bound_winners_confirmed():
     found.run(search.Candidate(1, None))
     assert [t.why for t in found.trials].count("winner: measured again") == 2
     assert search.choose(found.figures, search.Objective(60.0)).instance_count == 2
+
+
+@pytest.mark.parametrize("first_p99, second_p99, again, chosen", [
+    (40.0, 80.0, [2, 1], 1),  # a lucky first window within the bound: measured again it breaks it, the next wins
+    (40.0, 45.0, [2], 2),  # within the bound in both windows: kept
+    (80.0, 40.0, [1], 1),  # over the bound in its one window: the next one wins, measured again
+])
+def test_sweep_measures_every_setting_and_its_winner_again(first_p99, second_p99, again, chosen):
+    space = search.Space.for_config({"max_batch_size": 0}, instances=[1, 2, 3])
+    p99s = iter([first_p99, second_p99])
+
+    def measure(cand: search.Candidate) -> LevelResult:
+        n = cand.instance_count
+        tput, p99 = {1: (100.0, 30.0), 2: (300.0, None), 3: (50.0, 20.0)}[n]
+        return LevelResult(4, tput, 20, 25, p99 if p99 is not None else next(p99s), None, None, None, 100, 0.01)
+
+    objective = search.Objective(60.0)
+    found = search.Search(space, objective, measure, search.Budget())
+    found.sweep(search.Candidate(1, None))
+    whys = [(t.why, t.candidate.instance_count) for t in found.trials]
+    assert whys[:3] == [("served setting", 1), ("exhaustive", 2), ("exhaustive", 3)]
+    assert whys[3:] == [("winner: measured again", n) for n in again], whys
+    assert search.choose(found.figures, objective).instance_count == chosen
 
 
 def test_budget_in_time_and_failures():

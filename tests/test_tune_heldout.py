@@ -58,3 +58,16 @@ def test_the_committed_replay_is_what_the_search_gives(heldout):
     moved = [(r["model"], r["objective"], r["chosen"], committed[r["model"], r["objective"]]["chosen"])
              for r in rows if r["chosen"] != committed[r["model"], r["objective"]]["chosen"]]
     assert not moved, moved
+
+
+def test_the_committed_exhaustive_replay_is_what_tune_exhaustive_gives(heldout):
+    """replay-exhaustive-seeds30.json (`tune --exhaustive` replayed: the ceiling docs/bench-tune.md compares the
+    search with) measured the whole space in every run, and chose what the sweep and its confirmation give."""
+    committed = {(r["model"], r["objective"]): r
+                 for r in json.loads((RESULTS / "replay-exhaustive-seeds30.json").read_text())}
+    rows = heldout.run_replay("all", RESULTS, exhaustive=True)
+    assert len(rows) == len(committed) == 333
+    assert all(r["measured"] == r["space"] and r["trials"] > r["space"] for r in rows)
+    moved = [(r["model"], r["objective"], r["chosen"], committed[r["model"], r["objective"]]["chosen"])
+             for r in rows if r["chosen"] != committed[r["model"], r["objective"]]["chosen"]]
+    assert not moved, moved

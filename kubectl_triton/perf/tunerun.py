@@ -120,9 +120,9 @@ def tune(target: Target, requests: list[list[Tensor]], concurrency: int, duratio
          objective: Objective, budget: Budget, *, warmup_s: float = 0.5, original: dict | None = None,
          exhaustive: bool = False, on_trial: Callable[[Trial], None] | None = None,
          stability: float = 0.0) -> Search:
-    """Search (or, `exhaustive`, measure every setting of) `space` on a served model, starting from its served
-    setting, and load its original configuration again at the end, also after a failure or Ctrl-C (a Ctrl-C
-    during a reload or the restore takes effect once it is done)."""
+    """Search (or, `exhaustive`, measure every setting of, and the winner again) `space` on a served model, starting
+    from its served setting, and load its original configuration again at the end, also after a failure or Ctrl-C
+    (a Ctrl-C during a reload or the restore takes effect once it is done)."""
     with guard() as g:
         original = original if original is not None else target.config()
         run = TuneRun(target, requests, concurrency, duration_s, warmup_s, original, g, stability,
@@ -139,10 +139,7 @@ def tune(target: Target, requests: list[list[Tensor]], concurrency: int, duratio
         search = Search(space, objective, measure, budget, on_trial)
         try:
             if exhaustive:
-                search._run(run.baseline, "served setting", baseline=True)
-                for cand in space.all():
-                    if cand not in search.figures and budget.allows():
-                        search._run(cand, "exhaustive")
+                search.sweep(run.baseline)
             else:
                 search.run(run.baseline)
         except Fatal as err:

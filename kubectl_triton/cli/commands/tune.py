@@ -170,7 +170,9 @@ def _preferred(values: tuple[str, ...]) -> list[list[int] | None]:
               help="At most this many measurements (the baseline and re-measurements count). Default: 15%% of "
                    "the space's settings (at least 5), and up to a third as many measured again besides (goodput: "
                    "15%% of the space in measurements), unless --budget is given.")
-@click.option("--exhaustive", is_flag=True, help="Measure every setting of the space instead of searching it.")
+@click.option("--exhaustive", is_flag=True,
+              help="Measure every setting of the space instead of searching it (and, but for goodput, the winner "
+                   "again).")
 @click.option("--stability", type=FiniteRange(0, 100), default=10.0, show_default=True,
               help="A window whose fifths' throughputs stray more than this percent from their mean is followed "
                    "by another (at most 3 per measurement, perf_analyzer's criterion); 0: one window each.")
