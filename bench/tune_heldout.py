@@ -12,14 +12,14 @@ the search (`specs` says which set saw which search; the seventh shape exists on
               cached as JSON under --truth
     replay    the search run on the cached truth (a measurement returns the setting's recorded windows in turn),
               every model, throughput and two latency bounds: what a change to the search does, in seconds
-              (--exhaustive: `tune --exhaustive` instead, the most one window a setting can tell)
+              (--exhaustive: `tune --exhaustive` instead: the whole space, the winner measured again)
     live      `kubectl triton tune` as a user runs it (subprocess, -o json) on the held-out models, scored
               against the cached truth
 
 Run:
     .venv/bin/python bench/tune_heldout.py sweep [--models NAME,...]
     .venv/bin/python bench/tune_heldout.py replay [--set dev|heldout|heldout2..heldout15|all] [--seeds N]
-        [--measurements EXTRA | --exhaustive]
+        [--measurements EXTRA | --exhaustive [once]]
     .venv/bin/python bench/tune_heldout.py live [--set ...] [--json FILE] [--paired N]
 """
 
@@ -178,7 +178,8 @@ def sweep(names: list[str], duration_s: float, warmup_s: float, out: Path) -> No
                 space = search.Space.for_config(original)
                 found = tunerun.tune(target, reqs, CONCURRENCY, duration_s, space, search.Objective(),
                                     search.Budget(), warmup_s=warmup_s, original=original, exhaustive=True)
-                windows = {c: list(f.results) for c, f in found.figures.items() if f.results}
+                # one window each, as every set's truth since dev has (the sweep's winner measured again aside)
+                windows = {c: list(f.results[:1]) for c, f in found.figures.items() if f.results}
                 again = _second_look(windows)
                 with tunerun.guard() as g:
                     run = tunerun.TuneRun(target, reqs, CONCURRENCY, duration_s, warmup_s, original, g)
@@ -294,10 +295,11 @@ class Truth:
 
 
 def replay(truth: Truth, bound: float | None, served: search.Candidate, seed: int | None = None,
-           measurements: int | None = None, exhaustive: bool = False) -> search.Search:
-    """The search (`exhaustive`: `tune --exhaustive`'s sweep, every setting once and the winner again) on the recorded
-    windows: each measurement of a setting returns its next window, in recorded order (seed None) or in an order
-    shuffled with `seed` (a live run draws any of them first)."""
+           measurements: int | None = None, exhaustive: str | None = None) -> search.Search:
+    """The search (`exhaustive` "confirmed": `tune --exhaustive`'s sweep, every setting once and the winner again;
+    "once": as it was before d3b321e, without the winner again) on the recorded windows: each measurement of a
+    setting returns its next window, in recorded order (seed None) or in an order shuffled with `seed` (a live run
+    draws any of them first)."""
     seen: dict[search.Candidate, int] = {}
     order: dict[search.Candidate, list[LevelResult]] = {}
     rng = random.Random(seed)
@@ -317,14 +319,20 @@ def replay(truth: Truth, bound: float | None, served: search.Candidate, seed: in
     budget = search.Budget() if exhaustive else \
         search.share_budget(len(space)) if measurements is None else search.Budget(max_trials=measurements)
     s = search.Search(space, search.Objective(bound), measure, budget)
-    if exhaustive:
+    if exhaustive == "once":
+        s._run(served, "served setting", baseline=True)
+        for c in space.all():
+            if c not in s.figures:
+                s._run(c, "exhaustive")
+    elif exhaustive:
         s.sweep(served)
     else:
         s.run(served)
     return s
 
 
-def run_replay(part: str, root: Path, seeds: int = 0, extra: int | None = None, exhaustive: bool = False) -> list[dict]:
+def run_replay(part: str, root: Path, seeds: int = 0, extra: int | None = None,
+               exhaustive: str | None = None) -> list[dict]:
     """One row per model and objective: the recorded order's run, and with `seeds`, that many shuffled orders
     besides (`score` is then their mean, `worst` the lowest; `chosen` is the recorded order's); `exhaustive`: of
     `tune --exhaustive` (see `replay`)."""
@@ -470,9 +478,9 @@ def main() -> None:
     ap.add_argument("--measurements", type=int, default=None, metavar="EXTRA",
                     help="replay: a budget of 15%% of the space (at least 5) plus EXTRA in measurements, repeats "
                          "counted, instead of the default (15%% in settings and a third as many repeats besides)")
-    ap.add_argument("--exhaustive", action="store_true",
-                    help="replay: `tune --exhaustive` (every setting once, the winner again) instead of the search: "
-                         "what one window a setting can tell at most")
+    ap.add_argument("--exhaustive", nargs="?", const="confirmed", choices=("confirmed", "once"), default=None,
+                    help="replay: `tune --exhaustive` (every setting once, the winner again) instead of the search; "
+                         "`once`: as it was before d3b321e, without the winner again")
     ap.add_argument("--paired", type=int, default=0,
                     help="live: windows of the chosen and of the truth's best each, measured side by side after a run")
     args = ap.parse_args()
@@ -484,6 +492,8 @@ def main() -> None:
     if args.what == "sweep":
         sweep(names, float(args.duration.rstrip("s")), 0.4, args.truth)
         return
+    if args.exhaustive and args.measurements is not None:
+        ap.error("--measurements is the search's budget: --exhaustive measures the whole space")
     if args.what == "replay":
         rows = run_replay(args.set, args.truth, args.seeds, args.measurements, args.exhaustive)
     else:

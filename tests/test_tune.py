@@ -386,6 +386,18 @@ def test_sweep_measures_every_setting_and_its_winner_again(first_p99, second_p99
     assert search.choose(found.figures, objective).instance_count == chosen
 
 
+def test_a_capped_sweep_keeps_a_measurement_for_its_winner():
+    space = search.Space.for_config({"max_batch_size": 0}, instances=[1, 2, 3])
+
+    def measure(cand: search.Candidate) -> LevelResult:
+        return LevelResult(4, 100.0 * cand.instance_count, 20, 25, 30, None, None, None, 100, 0.01)
+
+    found = search.Search(space, search.Objective(), measure, search.Budget(max_trials=3))
+    found.sweep(search.Candidate(1, None))
+    assert [(t.why, t.candidate.instance_count) for t in found.trials] == \
+        [("served setting", 1), ("exhaustive", 2), ("winner: measured again", 2)]
+
+
 def test_budget_in_time_and_failures():
     t = [0.0]
     budget = search.Budget(seconds=10, clock=lambda: t[0])

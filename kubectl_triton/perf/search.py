@@ -479,12 +479,12 @@ class Search:
         return self.trials
 
     def sweep(self, start: Candidate) -> list[Trial]:
-        """Measure `start` (the served setting), every other setting of the space once, as the budget allows, and
-        the winner again (`confirm`): one window of many settings is lucky somewhere, and a lucky window that meets
-        a p99 bound is the one a single look would choose."""
+        """Measure `start` (the served setting), every other setting of the space once, as the budget allows (one
+        measurement kept), and the winner again (`confirm`): one window of many settings is lucky somewhere, and a
+        lucky window that meets a p99 bound is the one a single look would choose."""
         self._run(start, "served setting", baseline=True)
         for cand in self.space.all():
-            if cand not in self.figures and self.budget.allows():
+            if cand not in self.figures and self.budget.allows(self._reserve()):
                 self._run(cand, "exhaustive")
         self.confirm()
         return self.trials

@@ -274,8 +274,8 @@ def command(ctx: click.Context, model: str, url: str | None, kubeconfig: str | N
             what = f"at most {limit.max_trials} settings and {limit.max_repeats} measured again"
         else:
             limit = search.Budget(max_trials, budget)
-            what = "every setting" if exhaustive else f"at most {max_trials} measurements" if max_trials else \
-                f"{budget:g}s"
+            cap = f"at most {max_trials} measurements" if max_trials else f"{budget:g}s" if budget else ""
+            what = ", ".join(x for x in ("every setting, then the winner again", cap) if x) if exhaustive else cap
         if progress:
             click.echo(f"tune {model} at {where.description}: {len(space)} settings, {what}, {duration:g}s each at "
                        f"concurrency {concurrency}, objective {goal.name}", err=True)
