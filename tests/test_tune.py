@@ -112,8 +112,9 @@ def test_latency_objective_and_refused_candidates(run_cli, triton, gitops):
                   "--max-queue-delay-us", "0", "--preferred-batch-sizes", "64", "--exhaustive", "-o", "json")
     assert res.exit_code == 0, res.stderr
     doc = json.loads(res.stdout)
-    assert doc["space"] == 2 and len(doc["trials"]) == 3  # 64 > max_batch_size 32: no preference instead
-    assert [t["step"] for t in doc["trials"]] == ["served setting", "exhaustive", "winner: measured again"]
+    assert doc["space"] == 2 and doc["settings"] == 2  # 64 > max_batch_size 32: no preference instead
+    steps = [t["step"] for t in doc["trials"]]  # then the winner again (and the next, if it no longer leads)
+    assert steps[:2] == ["served setting", "exhaustive"] and set(steps[2:]) == {"winner: measured again"}, steps
     assert doc["trials"][1]["config"]["dynamic_batching"]["preferred_batch_size"] == []
     res = run_cli("tune", "fixedcost", "--url", triton.http_url, *QUICK, "--instances", "1",
                   "--max-queue-delay-us", "0", "--preferred-batch-sizes", "16", "--allow-max-batch-size",
@@ -122,7 +123,7 @@ def test_latency_objective_and_refused_candidates(run_cli, triton, gitops):
     trials = json.loads(res.stdout)["trials"]
     assert [(t["config"].get("max_batch_size"), bool(t["error"])) for t in trials[1:5]] == \
         [(8, False), (8, False), (32, False), (32, False)]
-    assert [t["step"] for t in trials[5:]] == ["winner: measured again"]
+    assert trials[5:] and {t["step"] for t in trials[5:]} == {"winner: measured again"}
     assert trials[2]["config"]["dynamic_batching"]["preferred_batch_size"] == []  # 16 does not fit a max of 8
     assert served(triton) == before
     # the choice keeps the bound in every window it was measured in (20 ms a request at concurrency 1)
