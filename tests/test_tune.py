@@ -120,10 +120,13 @@ def test_latency_objective_and_refused_candidates(run_cli, triton, gitops):
                   "--max-queue-delay-us", "0", "--preferred-batch-sizes", "16", "--allow-max-batch-size",
                   "--max-batch-sizes", "8,32", "--exhaustive", "-o", "json")
     assert res.exit_code == 0, res.stderr
-    trials = json.loads(res.stdout)["trials"]
-    assert [(t["config"].get("max_batch_size"), bool(t["error"])) for t in trials[1:5]] == \
-        [(8, False), (8, False), (32, False), (32, False)]
-    assert trials[5:] and {t["step"] for t in trials[5:]} == {"winner: measured again"}
+    doc = json.loads(res.stdout)
+    trials = doc["trials"]
+    # max batch 32 is the model's own: the served setting is measured once, not again as "max batch 32"
+    assert doc["space"] == doc["settings"] == 4
+    assert [(t["config"].get("max_batch_size"), bool(t["error"])) for t in trials[:4]] == \
+        [(None, False), (8, False), (8, False), (None, False)]
+    assert trials[4:] and {t["step"] for t in trials[4:]} == {"winner: measured again"}
     assert trials[2]["config"]["dynamic_batching"]["preferred_batch_size"] == []  # 16 does not fit a max of 8
     assert served(triton) == before
     # the choice keeps the bound in every window it was measured in (20 ms a request at concurrency 1)
@@ -430,7 +433,9 @@ def test_space_and_apply():
     assert space.canonical(search.Candidate(2, search.batching(100, [4]))).dynamic_batching["preferred_batch_size"] \
         == [4]
     assert len(search.Space.for_config({"max_batch_size": 0})) == 3  # cannot batch: instance counts only
-    assert len(search.Space.for_config({"max_batch_size": 32}, max_batch_sizes=[8, 32])) == 3 * (11 + 21)
+    both = search.Space.for_config({"max_batch_size": 32}, max_batch_sizes=[8, 32])
+    assert len(both) == 3 * (11 + 21) and both.max_batch_sizes == (8, None)  # None: the model's own, as served
+    assert search.Candidate(1, None) in both.all() and both.snap("max_batch_size", search.Candidate(1, None)) == 1
     assert search.current({**cfg, "dynamic_batching": {"max_queue_delay_microseconds": "300"}}) == \
         search.Candidate(1, search.batching(300))
     applied = search.apply({**cfg, "dynamic_batching": {"priority_levels": 2}},

@@ -138,8 +138,10 @@ class Space:
                    max_batch_sizes: Sequence[int] = ()) -> Space:
         mbs = int(config.get("max_batch_size") or 0)
         prefs = sorted({tuple(int(x) for x in p) for p in preferred}, key=lambda p: (p != (), -max(p or (0,))))
+        # the model's own max batch size is the served one (None), not a setting besides it
+        sizes = tuple(None if m == mbs else m for m in sorted(set(max_batch_sizes)))
         return cls(tuple(sorted(set(instances))), tuple(sorted(set(int(d) for d in delays_us))) or (0,),
-                   tuple(prefs) or ((),), tuple(sorted(set(max_batch_sizes))) or (None,), mbs > 0, mbs)
+                   tuple(prefs) or ((),), sizes or (None,), mbs > 0, mbs)
 
     def limit(self, mbs: int | None) -> int:
         return self.model_max_batch_size if mbs is None else mbs
