@@ -608,16 +608,24 @@ def _host_like(capped_p99: float = 42.6, stats: bool = True):
     tput = {(): {1: 160, 2: 303, 3: 375}, (4,): {1: 150, 2: 293, 3: 444}, (8,): {1: 162, 2: 285, 3: 396}}
     p99 = {(): {1: 106, 2: 59.6, 3: 67.2}, (4,): {1: 110, 2: 58.9, 3: capped_p99}, (8,): {1: 105, 2: 58.8, 3: 65.0}}
     by_delay = {0: (1.0, 1.0), 100: (0.97, 1.05), 500: (0.95, 1.15), 1000: (0.93, 1.4), 2000: (0.92, 1.5)}
+    return _tabled(16, tput, p99, by_delay, {1: 8.0, 2: 5.4, 3: 3.5}, lambda n: (120.0 * n, 136 / n), stats)
+
+
+def _tabled(concurrency: int, tput: dict, p99: dict, by_delay: dict, formed: dict, plain, stats: bool):
+    """A measure over cost tables: throughput and p99 by preferred size (16: none) and instance count, scaled by
+    delay (`by_delay`: factors of each); `formed`: the batches by instance count (capped by the preferred size;
+    None without `stats`); `plain(n)`: throughput and p99 without batching."""
 
     def measure(cand: search.Candidate) -> LevelResult:
         db, n = cand.dynamic_batching, cand.instance_count
         if db is None:
-            return LevelResult(16, 120.0 * n, 100, 120, 136 / n, None, None, 1.0 if stats else None, 100, 0.01)
+            t, p = plain(n)
+            return LevelResult(concurrency, t, p / 2, p / 1.5, p, None, None, 1.0 if stats else None, 100, 0.01)
         pref = tuple(db["preferred_batch_size"])
         key = () if pref == (16,) else pref
         t, d = by_delay[db["max_queue_delay_microseconds"]]
-        formed = min([{1: 8.0, 2: 5.4, 3: 3.5}[n], *pref]) if stats else None
-        return LevelResult(16, tput[key][n] * t, 30, 40, p99[key][n] * d, None, None, formed, 100, 0.01)
+        batch = min([formed[n], *pref]) if stats else None
+        return LevelResult(concurrency, tput[key][n] * t, 20, 40, p99[key][n] * d, None, None, batch, 100, 0.01)
     return measure
 
 
@@ -657,18 +665,8 @@ def _tail_like(stats: bool = True):
     tput = {(): {1: 378, 2: 350, 3: 336}, (4,): {1: 348, 2: 377, 3: 375}, (8,): {1: 354, 2: 317, 3: 261}}
     p99 = {(): {1: 182.5, 2: 190, 3: 197}, (4,): {1: 51, 2: 45, 3: 44.5}, (8,): {1: 182.3, 2: 293, 3: 352}}
     by_delay = {0: (1.0, 1.0), 100: (0.99, 1.1), 500: (0.98, 1.3), 1000: (0.97, 2.0), 2000: (0.96, 3.6)}
-
-    def measure(cand: search.Candidate) -> LevelResult:
-        db, n = cand.dynamic_batching, cand.instance_count
-        if db is None:
-            return LevelResult(8, {1: 101, 2: 105, 3: 104}[n], 60, 100, {1: 163, 2: 154, 3: 158}[n], None, None,
-                               1.0 if stats else None, 100, 0.01)
-        pref = tuple(db["preferred_batch_size"])
-        key = () if pref == (16,) else pref
-        t, d = by_delay[db["max_queue_delay_microseconds"]]
-        formed = min([{1: 8.0, 2: 5.3, 3: 4.0}[n], *pref]) if stats else None
-        return LevelResult(8, tput[key][n] * t, 20, 40, p99[key][n] * d, None, None, formed, 100, 0.01)
-    return measure
+    plain = {1: (101, 163), 2: (105, 154), 3: (104, 158)}
+    return _tabled(8, tput, p99, by_delay, {1: 8.0, 2: 5.3, 3: 4.0}, plain.__getitem__, stats)
 
 
 def test_batching_past_the_bound_is_tried_with_a_cap_below_its_batches():
