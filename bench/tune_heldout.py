@@ -1,7 +1,7 @@
 """Held-out models for tune's search (issue 27): generated cost shapes, their exhaustive truth, and the search
 scored against it.
 
-A hundred and eleven python-backend models (bench/tune_models.py's template: sleeps, a device lock the instances
+A hundred and eighteen python-backend models (bench/tune_models.py's template: sleeps, a device lock the instances
 share) drawn from seven cost shapes with a fixed seed: the development set (the first draw of six shapes: the search
 was tuned on it), then held-out sets of every shape drawn one after another, each scored before the next change of
 the search (`specs` says which set saw which search; the seventh shape exists only in the held-out sets).
@@ -18,7 +18,7 @@ the search (`specs` says which set saw which search; the seventh shape exists on
 
 Run:
     .venv/bin/python bench/tune_heldout.py sweep [--models NAME,...]
-    .venv/bin/python bench/tune_heldout.py replay [--set dev|heldout|heldout2..heldout15|all] [--seeds N]
+    .venv/bin/python bench/tune_heldout.py replay [--set dev|heldout|heldout2..heldout16|all] [--seeds N]
         [--measurements EXTRA | --exhaustive [once]]
     .venv/bin/python bench/tune_heldout.py live [--set ...] [--json FILE] [--paired N]
 """
@@ -127,7 +127,8 @@ search unchanged, and scored once; set M, `heldout13` (the fourteenth draw), was
 before the search was changed in view of sets A to L, and scored only once that change was done; set N, `heldout14`
 (the fifteenth draw), was drawn and swept the same session after that change, with the search unchanged, and scored
 once; set O, `heldout15` (the sixteenth draw), was drawn and swept before the search was changed for set N's defect,
-and scored only once that change was done."""
+and scored only once that change was done; set P, `heldout16` (the seventeenth draw), was drawn and swept after that,
+with the search unchanged, and scored once a session later."""
     rng = random.Random(SEED)
     out = []
     for k, part in enumerate(("dev", "heldout")):
@@ -136,7 +137,7 @@ and scored only once that change was done."""
             out.append(Spec(f"{shape}{k + 1}", shape, part, doc, costs, mbs))
     doc, costs, mbs = _draw("mixed", rng)
     out.append(Spec("mixed2", "mixed", "heldout", doc, costs, mbs))
-    for k in range(3, 17):  # set B, `heldout2` (the third draw), to set O, `heldout15` (the sixteenth)
+    for k in range(3, 18):  # set B, `heldout2` (the third draw), to set P, `heldout16` (the seventeenth)
         part = f"heldout{k - 1}"
         for shape in (*SHAPES, "mixed"):
             doc, costs, mbs = _draw(shape, rng)

@@ -16,7 +16,7 @@ from google.protobuf import json_format
 
 from kubectl_triton.errors import InputError
 from kubectl_triton.formats import pbtxt
-from kubectl_triton.perf import PerfError, llmtune, streaming
+from kubectl_triton.perf import PerfError, llmtune, search, streaming
 from kubectl_triton.perf.search import Budget
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -154,14 +154,74 @@ def test_search_climbs_to_the_peak_within_budget_and_skips_a_refused_setting():
     s.run(("4", "false"))
     assert llmtune.choose(s, streaming.Slo(200, 20)) == ("16", "true")
     assert len(s.trials) <= 8 and s.trials[0].baseline
+    assert s.trials[-1].values == ("16", "true") and s.trials[-1].why == "winner: measured again"
     s = llmtune.GoodputSearch(knobs, _synthetic(peak), Budget(None))
     s.exhaustive(("4", "false"))
-    assert len(s.trials) == 12 and sum(t.error is not None for t in s.trials) == 2
+    assert len(s.figures) == 12 and sum(t.error is not None for t in s.trials) == 2
+    assert [t.why for t in s.trials[12:]] == ["winner: measured again"]
     assert llmtune.choose(s, streaming.Slo(200, 20)) == ("16", "true")
     s = llmtune.GoodputSearch(knobs, _synthetic({"4": 0.0}), Budget(4))
     s.run(("4", "false"))
     with pytest.raises(PerfError, match="no setting served a request within TTFT <= 200 ms, TPOT <= 20 ms"):
         llmtune.choose(s, streaming.Slo(200, 20))
+    assert "winner: measured again" not in [t.why for t in s.trials]  # nothing good: no winner to measure again
+
+
+def test_the_steps_that_pay_are_tried_together_before_the_walk():
+    """More sequences pay at one instance (0 -> 5 -> 6 good requests/s at 4, 8, 16), a second instance pays at 4
+    (4/s), and 8 sequences on two instances pay most (12/s): one knob at a time, the walk climbs to 16 and 32
+    sequences and spends the engine's two switches before it reaches the instances. The search first steps once
+    along each numeric knob from the served setting, measures the steps that came out ahead together, and walks
+    from there."""
+    one = {"2": 0.0, "4": 0.0, "8": 5.0, "16": 6.0, "32": 0.0}
+    two = {"2": 1.0, "4": 4.0, "8": 12.0, "16": 7.0, "32": 0.0}
+
+    def measure(values: tuple[str, ...]) -> streaming.StreamResult:
+        g = (one if values[3] == "1" else two)[values[0]]
+        return streaming.StreamResult(16, 40, 4.0, 400.0, 100.0, 500.0 if g == 0 else 150.0, 10.0, 20.0, 10.0, 20.0,
+                                      g, g / 4.0, 0.02)
+
+    knobs = [llmtune.Knob("max_num_seqs", "parameter", ("2", "4", "8", "16", "32")),
+             llmtune.Knob("enable_chunked_context", "parameter", ("false", "true")),
+             llmtune.Knob("batch_scheduler_policy", "parameter", ("guaranteed_no_evict", "max_utilization")),
+             llmtune.Knob("instance_count", "instances", ("1", "2"))]
+    s = llmtune.GoodputSearch(knobs, measure, search.share_budget(40))  # 6 settings of 40
+    s.run(("4", "false", "guaranteed_no_evict", "1"))
+    steps = [(t.why, t.values) for t in s.trials]
+    assert steps[:4] == [("served setting", ("4", "false", "guaranteed_no_evict", "1")),
+                         ("screen: one step", ("8", "false", "guaranteed_no_evict", "1")),
+                         ("screen: one step", ("4", "false", "guaranteed_no_evict", "2")),
+                         ("screen: the steps ahead together", ("8", "false", "guaranteed_no_evict", "2"))], steps
+    best = llmtune.choose(s, streaming.Slo(200, 20))
+    assert best[0] == "8" and best[3] == "2" and len(s.figures) <= 6, steps
+
+
+def _lucky(first: dict[str, float], then: dict[str, float]):
+    """Goodput per max_num_seqs: `first` in a setting's first window, `then` in every later one."""
+    seen: dict[tuple[str, ...], int] = {}
+
+    def measure(values: tuple[str, ...]) -> streaming.StreamResult:
+        n = seen[values] = seen.get(values, 0) + 1
+        g = (first if n == 1 else then)[values[0]]
+        return streaming.StreamResult(16, 40, 4.0, 400.0, 100.0, 150.0, 10.0, 20.0, 10.0, 20.0, g, g / 4.0, 0.02)
+    return measure
+
+
+@pytest.mark.parametrize("how, trials, repeats", [("run", 6, None), ("run", 6, 2), ("exhaustive", None, None),
+                                                   ("exhaustive", 5, None)])
+def test_a_lucky_window_is_measured_again_before_it_is_chosen(how, trials, repeats):
+    """16 sequences read 3 good requests/s once and 0.5 after: one look chooses it over 8 (2/s in every window).
+    Measured again, it falls behind; the next winner, 8, is measured again too and chosen. A budget of trials
+    keeps one for that."""
+    budget = Budget(trials, max_repeats=repeats)
+    knobs = [llmtune.Knob("max_num_seqs", "parameter", ("4", "8", "16"))]
+    s = llmtune.GoodputSearch(knobs, _lucky({"4": 1.0, "8": 2.0, "16": 3.0}, {"4": 1.0, "8": 2.0, "16": 0.5}),
+                              budget)
+    getattr(s, how)(("4",))
+    assert llmtune.choose(s, streaming.Slo(200, 20)) == ("8",)
+    again = [t.values for t in s.trials if t.why == "winner: measured again"]
+    assert again == [("16",), ("8",)], [(t.values, t.why) for t in s.trials]
+    assert budget.max_trials is None or budget.used <= budget.max_trials + (budget.max_repeats or 0)
 
 
 # -- against tritonserver ---------------------------------------------------------------------------------------
@@ -254,7 +314,11 @@ def test_goodput_exhaustive_records_a_refused_setting(run_cli, llm_server):
                   "-o", "json")
     assert res.exit_code == 0, res.stderr
     doc = json.loads(res.stdout)
-    assert doc["space"] == 4 and doc["measurements"] == 4  # the served max_num_seqs (4) joins the values
+    assert doc["space"] == 4  # the served max_num_seqs (4) joins the values
+    # every setting once, then the winner again (and the next, should the first one measured again fall behind)
+    steps = [t["step"] for t in doc["trials"]]
+    assert len({json.dumps(t["setting"]) for t in doc["trials"]}) == 4 and steps[:4].count("exhaustive") == 3
+    assert doc["measurements"] == len(steps) >= 5 and set(steps[4:]) == {"winner: measured again"}
     refused = [t for t in doc["trials"] if t["setting"]["kv_cache_free_gpu_mem_fraction"] == "0.95"]
     assert len(refused) == 2 and all("out of memory" in t["error"] and "goodput" not in t for t in refused)
     assert doc["best"]["setting"] == {"max_num_seqs": "8", "kv_cache_free_gpu_mem_fraction": "0.5",
@@ -320,3 +384,11 @@ def test_goodput_on_a_server_without_model_control_says_so_and_changes_nothing(r
                       "--instances", "1")
     assert res.exit_code != 0 and "model control is not explicit" in res.stderr
     assert "could not restore" not in res.stderr and "Traceback" not in res.stderr
+
+
+def test_a_budget_of_two_measures_a_step_not_the_served_setting_twice():
+    knobs = [llmtune.Knob("max_num_seqs", "parameter", ("4", "8", "16"))]
+    s = llmtune.GoodputSearch(knobs, _lucky({"4": 1.0, "8": 2.0, "16": 3.0}, {"4": 1.0, "8": 2.0, "16": 0.5}),
+                              Budget(2))
+    s.run(("4",))
+    assert [(t.why, t.values) for t in s.trials] == [("served setting", ("4",)), ("screen: one step", ("8",))]

@@ -21,6 +21,7 @@ import sys
 import tempfile
 import threading
 import time
+import uuid
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -153,6 +154,9 @@ def _parent_death_signal() -> Callable[[], None] | None:
     return preexec
 
 
+SHM = Path("/dev/shm")
+
+
 class TritonServer:
     """A tritonserver process on a model repository; a context manager that always stops it.
 
@@ -171,6 +175,11 @@ class TritonServer:
         self.http_port = self.grpc_port = self.metrics_port = 0
         self._proc: subprocess.Popen[bytes] | None = None
         self._logfile: Path | None = None
+        # the python backend's shared-memory regions (1 MiB each in /dev/shm, one per stub) outlive stubs that are
+        # killed (with the server, after stop()'s grace) and some unloaded ones (seen on long reload sweeps of
+        # decoupled models): named apart, so that stop() removes them
+        # (a shm-region-prefix-name of the caller's own in extra_args comes later and wins: those are the caller's)
+        self.shm_prefix = f"kubectl_triton_{uuid.uuid4().hex[:12]}_"
 
     # -- properties ---------------------------------------------------------------------------
     @property
@@ -199,6 +208,7 @@ class TritonServer:
                 "--http-address=127.0.0.1", f"--http-port={self.http_port}",
                 "--grpc-address=127.0.0.1", f"--grpc-port={self.grpc_port}",
                 "--metrics-address=127.0.0.1", f"--metrics-port={self.metrics_port}",
+                f"--backend-config=python,shm-region-prefix-name={self.shm_prefix}",
                 *self.extra_args]
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -286,6 +296,8 @@ class TritonServer:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+        for region in SHM.glob(f"{self.shm_prefix}*"):
+            region.unlink(missing_ok=True)
 
     def __enter__(self) -> TritonServer:
         return self.start()

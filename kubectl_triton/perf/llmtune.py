@@ -2,10 +2,13 @@
 user's `--param`), each candidate loaded through Triton's model control (a config override, and a model.json
 override for vLLM) and measured with streamed requests (perf.streaming): goodput against TTFT / TPOT targets.
 
-The search is the throughput search's, over the knobs: coordinate descent from the served setting (step along one
-knob while the step is better by more than the noise; a step within noise but ahead is measured again; passes
-while one moved), then the unmeasured neighbours of the best (one knob, then two knobs away) while the budget
-lasts. Ties on goodput go to the lower TTFT p99."""
+The search: from the served setting, one step along each knob whose values are numbers (sequences per step,
+instances, a memory share), and those of the steps that came out ahead together (how many sequences pay depends on
+how many instances serve them: one knob at a time misses the pair). Then the throughput search's coordinate
+descent from the best so far (step along one knob while the step is better by more than the noise; a step within
+noise but ahead is measured again; passes while one moved), then the unmeasured neighbours of the best (one knob,
+then two knobs away) while the budget lasts, one measurement kept to measure the winner again before it is chosen
+(and the next winner, while the one measured again no longer leads). Ties on goodput go to the lower TTFT p99."""
 
 from __future__ import annotations
 
@@ -25,6 +28,7 @@ from kubectl_triton.perf.streaming import Slo, StreamResult, run_stream_level
 from kubectl_triton.perf.tunerun import Fatal, Guard, guard
 
 NOISE_FLOOR = 0.05  # streamed windows hold fewer requests than inference windows: 5% is a tie
+RESERVE = 1  # measurements kept to measure the winner again
 
 
 @dataclass(frozen=True)
@@ -195,6 +199,14 @@ def compare(a: Figures, b: Figures) -> int:
     return 0
 
 
+def _number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
 def _ahead(a: Figures, b: Figures) -> bool:
     return (a.goodput, -a.ttft_p99_ms) > (b.goodput, -b.ttft_p99_ms)
 
@@ -235,15 +247,20 @@ class GoodputSearch:
             self.on_trial(trial)
         return fig
 
+    def _reserve(self) -> int:
+        """Measurements kept to measure the winner again: none while a single setting was measured (a budget of
+        two measures the served setting and a step, not the served setting twice)."""
+        return RESERVE if sum(bool(f.results) for f in self.figures.values()) > 1 else 0
+
     def better(self, challenger: tuple[str, ...], incumbent: tuple[str, ...]) -> bool | None:
         if challenger not in self.figures:
-            if not self.budget.allows():
+            if not self.budget.allows(self._reserve()):
                 return None
             self._run(challenger, "step")
         fc, fi = self.figures[challenger], self.figures[incumbent]
         verdict = compare(fc, fi)
         if verdict == 0 and fc.results and _ahead(fc, fi) and len(fc.results) <= len(fi.results):
-            if not self.budget.allows():
+            if not self.budget.allows(self._reserve(), repeat=True):
                 return False
             self._run(challenger, "within noise: measured again")
             verdict = compare(fc, fi)
@@ -269,20 +286,48 @@ class GoodputSearch:
         return cur, False
 
     def run(self, start: tuple[str, ...]) -> list[Trial]:
+        """Measure `start` (the served setting), screen the numeric knobs from it, descend from the best so far,
+        spend what the budget has left around the best, and measure the winner again."""
         self._run(start, "served setting", baseline=True)
         if not self.figures[start].results:
             return self.trials
-        cur = start
+        if not self.screen(start) and not self.descend(self.best() or start):
+            self.explore()
+        self.confirm()
+        return self.trials
+
+    def screen(self, start: tuple[str, ...]) -> bool:
+        """One step along each knob whose values are numbers (up, or down from the top), then the steps that came
+        out ahead of `start` together. Returns whether the budget ran out."""
+        ahead: dict[int, str] = {}
+        for axis, knob in enumerate(self.knobs):
+            if not all(_number(v) for v in knob.values) or len(knob.values) < 2:
+                continue
+            i = knob.values.index(start[axis])
+            step = start[:axis] + (knob.values[i + 1 if i + 1 < len(knob.values) else i - 1],) + start[axis + 1:]
+            if step not in self.figures:
+                if not self.budget.allows(self._reserve()):
+                    return True
+                self._run(step, "screen: one step")
+            if self.figures[step].results and _ahead(self.figures[step], self.figures[start]):
+                ahead[axis] = step[axis]
+        both = tuple(ahead.get(a, v) for a, v in enumerate(start))
+        if len(ahead) > 1 and both not in self.figures:
+            if not self.budget.allows(self._reserve()):
+                return True
+            self._run(both, "screen: the steps ahead together")
+        return False
+
+    def descend(self, cur: tuple[str, ...]) -> bool:
+        """Passes over the knobs from `cur` until one moves nothing. Returns whether the budget ran out."""
         while True:
             before = cur
             for axis in range(len(self.knobs)):
                 cur, spent = self.line(axis, cur)
                 if spent:
-                    return self.trials
+                    return True
             if cur == before:
-                break
-        self.explore()
-        return self.trials
+                return False
 
     def neighbours(self, values: tuple[str, ...]) -> list[tuple[str, ...]]:
         """One step along each knob, then along two knobs at once."""
@@ -298,7 +343,7 @@ class GoodputSearch:
 
     def explore(self) -> None:
         """What the budget has left goes to the unmeasured neighbours of the best setting so far."""
-        while self.budget.allows():
+        while self.budget.allows(self._reserve()):
             best = self.best()
             todo = [n for n in self.neighbours(best) if n not in self.figures] if best else []
             if not todo:
@@ -306,11 +351,31 @@ class GoodputSearch:
             self._run(todo[0], "neighbour of the best")
 
     def exhaustive(self, start: tuple[str, ...]) -> list[Trial]:
+        """Measure `start` (the served setting), every other setting once as the budget allows (one measurement
+        kept), and the winner again (`confirm`): one window of many settings is lucky somewhere."""
         self._run(start, "served setting", baseline=True)
         for values in self.space():
-            if values not in self.figures and self.budget.allows():
+            if values not in self.figures and self.budget.allows(self._reserve()):
                 self._run(values, "exhaustive")
+        self.confirm()
         return self.trials
+
+    def confirm(self) -> None:
+        """Measure the winner again (a streamed window holds few requests, and its goodput turns on how many of
+        them met the targets); repeat with the next winner while the one measured again no longer leads, as long as
+        the budget lasts. A winner without one good request is not measured again (nothing met the targets), nor
+        the only setting measured."""
+        checked: set[tuple[str, ...]] = set()
+        if sum(bool(f.results) for f in self.figures.values()) < 2:
+            return  # nothing to choose between
+        while self.budget.allows(repeat=True):
+            best = self.best()
+            if best is None or best in checked or self.figures[best].goodput <= 0:
+                return
+            if len(self.figures[best].results) > 1:
+                return
+            checked.add(best)
+            self._run(best, "winner: measured again")
 
     def best(self) -> tuple[str, ...] | None:
         measured = [(v, f) for v, f in self.figures.items() if f.results]
@@ -356,6 +421,13 @@ class LlmRun:
         self.changed = False
 
     def measure(self, values: tuple[str, ...]) -> StreamResult:
+        self.load(values)
+        with self.guard.interruptible():
+            return run_stream_level(self.target, self.requests, self.concurrency, self.duration_s, self.warmup_s,
+                                    self.slo)
+
+    def load(self, values: tuple[str, ...]) -> None:
+        """Load the setting `values` unless it is the one loaded."""
         if values != self.loaded:
             changed, self.loaded, self.changed = self.changed, None, True
             config, files = apply(self.original, self.knobs, values, self.model_json)
@@ -368,9 +440,6 @@ class LlmRun:
                                           hint="start tritonserver with --model-control-mode=explicit")) from None
                 raise
             self.loaded = values
-        with self.guard.interruptible():
-            return run_stream_level(self.target, self.requests, self.concurrency, self.duration_s, self.warmup_s,
-                                    self.slo)
 
     def restore(self) -> None:
         if not self.changed:

@@ -202,11 +202,17 @@ def _request_messages(target: Any, requests: list[list[Tensor]]) -> list[Any]:
 
 def run_stream_level(target: Any, requests: list[list[Tensor]], concurrency: int, duration_s: float,
                      warmup_s: float, slo: Slo) -> StreamResult:
-    """Run one level of streamed requests (target: a GrpcTarget) and measure it. The window opens after the
-    warm-up and once every worker has finished a request (a closed loop of long requests is not in its steady
-    state before: the first requests meet an empty queue), but at most `duration_s` after the warm-up; requests
-    that end inside it count. The first worker error stops the level and raises PerfError; Ctrl-C stops every
-    worker and cancels every stream."""
+    """Run one level of streamed requests (target: a GrpcTarget) and measure it against `slo` (see `collect`)."""
+    return summarize(concurrency, collect(target, requests, concurrency, duration_s, warmup_s), duration_s, slo)
+
+
+def collect(target: Any, requests: list[list[Tensor]], concurrency: int, duration_s: float,
+            warmup_s: float) -> list[Completed]:
+    """Run one level of streamed requests (target: a GrpcTarget): the requests that ended in its window. The
+    window opens after the warm-up and once every worker has finished a request (a closed loop of long requests is
+    not in its steady state before: the first requests meet an empty queue), but at most `duration_s` after the
+    warm-up; requests that end inside it count. The first worker error stops the level and raises PerfError;
+    Ctrl-C stops every worker and cancels every stream."""
     import grpc
 
     msgs = _request_messages(target, requests)
@@ -273,4 +279,4 @@ def run_stream_level(target: Any, requests: list[list[Tensor]], concurrency: int
     if not finished:
         raise PerfError(f"no streamed request ended within {duration_s:g} s at concurrency {concurrency}",
                         hint="raise --duration (a window must hold several whole requests)")
-    return summarize(concurrency, finished, duration_s, slo)
+    return finished

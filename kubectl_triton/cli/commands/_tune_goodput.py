@@ -111,11 +111,10 @@ def write_setting(folder: Path, knobs, values: tuple[str, ...], lines: list[str]
 def run(*, model: str, url: str | None, cluster, pod: str | None, protocol: str, fmt: str, concurrency: int,
         duration: float, warmup_s: float, max_ttft: float | None, max_itl: float | None, prompt_tokens: int,
         output_tokens: int, params: tuple[str, ...], instances: list[int] | None, max_trials: int | None,
-        budget: float | None, exhaustive: bool, write: bool, repo_root: str | None, repo_model: str | None,
-        budget_share: float) -> None:
+        budget: float | None, exhaustive: bool, write: bool, repo_root: str | None, repo_model: str | None) -> None:
     from kubectl_triton.perf import llmtune, streaming
     from kubectl_triton.perf.connect import open_target
-    from kubectl_triton.perf.search import Budget
+    from kubectl_triton.perf.search import Budget, share_budget
 
     if protocol != "grpc":
         raise click.UsageError("--objective goodput streams tokens over gRPC: pass --protocol grpc (and --url "
@@ -142,9 +141,8 @@ def run(*, model: str, url: str | None, cluster, pod: str | None, protocol: str,
         size = 1
         for k in knobs:
             size *= len(k.values)
-        cap = max_trials
-        if cap is None and budget is None and not exhaustive:
-            cap = max(5, int(budget_share * size))
+        limit = share_budget(size) if max_trials is None and budget is None and not exhaustive else \
+            Budget(max_trials, budget)
         if progress:
             click.echo(f"tune {model} at {where.description}: {size} settings of "
                        f"{', '.join(k.name for k in knobs)}, {duration:g}s each at concurrency {concurrency}, "
@@ -157,7 +155,7 @@ def run(*, model: str, url: str | None, cluster, pod: str | None, protocol: str,
                        if r else f"failed: {t.error}")
                 click.echo(f"  {llmtune.describe(knobs, t.values)}: {fig}", err=True)
 
-        found = llmtune.tune_goodput(where.target, requests, concurrency, duration, knobs, slo, Budget(cap, budget),
+        found = llmtune.tune_goodput(where.target, requests, concurrency, duration, knobs, slo, limit,
                                      warmup_s=warmup_s, original=original, model_json=model_json,
                                      exhaustive=exhaustive, on_trial=show)
     failure: PerfError | None = None
@@ -212,7 +210,7 @@ def _text(doc: dict, knobs, found, best: tuple[str, ...] | None, write: bool) ->
     for i, t in enumerate(found.trials):
         r = t.result
         note = ", ".join(x for x in ("baseline" if t.baseline else "",
-                                     "again" if t.why.startswith("within noise") else "", "best" if i == last else "")
+                                     "again" if t.why.endswith("measured again") else "", "best" if i == last else "")
                          if x)
         if t.error:
             note = f"failed: {t.error}"[:70]

@@ -168,11 +168,11 @@ def _preferred(values: tuple[str, ...]) -> list[list[int] | None]:
               help="Stop measuring new candidates after this long, e.g. 10m.")
 @click.option("--max-trials", type=click.IntRange(1, 10_000), default=None,
               help="At most this many measurements (the baseline and re-measurements count). Default: 15%% of "
-                   "the space's settings (at least 5), and up to a third as many measured again besides (goodput: "
-                   "15%% of the space in measurements), unless --budget is given.")
+                   "the space's settings (at least 5), and a third as many (at least 2) measured again besides, "
+                   "unless --budget is given.")
 @click.option("--exhaustive", is_flag=True,
-              help="Measure every setting of the space instead of searching it (and, but for goodput, the winner "
-                   "again).")
+              help="Measure every setting of the space instead of searching it, and the winner again (with "
+                   "--max-trials or --budget, one measurement is kept for that).")
 @click.option("--stability", type=FiniteRange(0, 100), default=10.0, show_default=True,
               help="A window whose fifths' throughputs stray more than this percent from their mean is followed "
                    "by another (at most 3 per measurement, perf_analyzer's criterion); 0: one window each.")
@@ -257,7 +257,7 @@ def command(ctx: click.Context, model: str, url: str | None, kubeconfig: str | N
                           concurrency=concurrency, duration=duration, warmup_s=warmup_s, max_ttft=max_ttft,
                           max_itl=max_itl, prompt_tokens=prompt_tokens, output_tokens=output_tokens, params=params,
                           instances=instances, max_trials=max_trials, budget=budget, exhaustive=exhaustive,
-                          write=write, repo_root=repo_root, repo_model=repo_model, budget_share=search.BUDGET_SHARE)
+                          write=write, repo_root=repo_root, repo_model=repo_model)
         return
     goal = search.Objective(max_p99 * 1e3 if max_p99 is not None else None)
     counts = instances or list(range(1, max_instances + 1))

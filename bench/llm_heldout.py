@@ -1,0 +1,402 @@
+"""Held-out LLMs for `tune --objective goodput` (issue 27): generated decoder cost shapes, their exhaustive truth
+per request, and the goodput search scored against it at targets drawn from that truth.
+
+Fourteen decoupled in-flight batching models (bench/llm_models.py's CPU engine: sleeps under a lock the instances
+share) drawn from seven cost shapes with a fixed seed, in two sets (`specs`). The goodput search was built on the
+tests' model and on the GPU runs (bench/results/h100-gpt2-goodput-*); the first set was scored against it and then
+changed it (the screen of docs/bench-tune.md, "Held-out LLMs"); the second set, drawn and swept before that change,
+was scored once after it.
+
+    sweep     (the models without a truth file, or --models) every setting of the space (max_num_seqs 2..32, chunked
+              context, scheduler policy, 1 or 2 instances: 40) measured in WINDOWS windows on a real tritonserver,
+              each window's requests kept (when it ended, TTFT, TPOT): the truth, cached as JSON under --truth
+    replay    the goodput search on the cached truth, every model at two pairs of targets (`targets`): a measurement
+              returns the setting's next recorded window, its goodput counted at the run's targets (--exhaustive:
+              `tune --exhaustive` instead, every setting once and the winner again)
+    live      `kubectl triton tune --objective goodput` as a user runs it (subprocess, -o json), scored against the
+              cached truth
+
+Run:
+    .venv/bin/python bench/llm_heldout.py sweep [--models NAME,...]
+    .venv/bin/python bench/llm_heldout.py replay [--set first|second|all] [--seeds N] [--exhaustive] [--json FILE]
+    .venv/bin/python bench/llm_heldout.py live [--set first|second|all] [--json FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import math
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from llm_models import write_model  # noqa: E402
+
+from kubectl_triton.perf import PerfError, llmtune, search, streaming  # noqa: E402
+
+TRUTH = ROOT / "bench" / "results" / "llm-heldout"
+CONCURRENCY = 16
+DURATION_S = 2.0
+WARMUP_S = 0.5
+WINDOWS = 2
+SEED = 2027
+# the knobs searched, as `tune --param ... --instances 1,2` gives them (the served values, 4 and the engine
+# defaults, are among them)
+PARAMS = {"max_num_seqs": ["2", "4", "8", "16", "32"], "enable_chunked_context": ["false", "true"],
+          "batch_scheduler_policy": ["guaranteed_no_evict", "max_utilization"]}
+INSTANCES = [1, 2]
+
+
+@dataclass(frozen=True)
+class Spec:
+    name: str
+    shape: str
+    part: str  # the set: `first`, `second`
+    doc: str
+    costs: dict
+    prompt_tokens: int
+    output_tokens: int
+
+
+def _u(rng: random.Random, lo: float, hi: float) -> float:
+    return round(rng.uniform(lo, hi), 4)
+
+
+def _draw(shape: str, rng: random.Random) -> tuple[dict, int, int]:
+    """One model of `shape`: its step costs (ms; bench/llm_models.py's COSTS), prompt and output tokens."""
+    base = {"step_ms": _u(rng, 2, 4), "prefill_ms": _u(rng, 0.02, 0.05), "decode_ms": _u(rng, 0.3, 0.6),
+            "attn_ms": _u(rng, 0.001, 0.003), "kv_tokens": 8192}
+    if shape == "step":  # a large fixed cost per step: more sequences at a time pay
+        return {**base, "step_ms": _u(rng, 8, 16), "decode_ms": _u(rng, 0.1, 0.3)}, 128, 32
+    if shape == "decode":  # each decoding sequence is dear: a step slows with every sequence added
+        return {**base, "step_ms": _u(rng, 1, 2), "decode_ms": _u(rng, 0.8, 1.4)}, 128, 32
+    if shape == "prefill":  # long prompts, dear to prefill: a prefill holds every decoding sequence up
+        return {**base, "prefill_ms": _u(rng, 0.06, 0.15)}, 384, 32
+    if shape == "attention":  # long outputs attending to a growing cache
+        return {**base, "attn_ms": _u(rng, 0.006, 0.012)}, 256, 64
+    if shape == "kv":  # a small KV cache: a sequence that cannot fit waits (or is evicted)
+        return {**base, "kv_tokens": rng.choice([2048, 3072])}, 192, 64
+    if shape == "light":  # cheap steps: the python backend's response path is the cost
+        return {**base, "step_ms": _u(rng, 0.5, 1), "decode_ms": _u(rng, 0.05, 0.15),
+                "prefill_ms": _u(rng, 0.005, 0.01)}, 64, 48
+    if shape == "mixed":  # a bit of everything
+        return {"step_ms": _u(rng, 3, 8), "prefill_ms": _u(rng, 0.04, 0.1), "decode_ms": _u(rng, 0.4, 0.9),
+                "attn_ms": _u(rng, 0.003, 0.008), "kv_tokens": rng.choice([3072, 4096, 8192])}, 256, 48
+    raise ValueError(shape)
+
+
+SHAPES = ("step", "decode", "prefill", "attention", "kv", "light", "mixed")
+
+
+def specs() -> list[Spec]:
+    """Two held-out sets, one draw of each shape each: `first`, and `second`, drawn and swept before the search
+    was changed in view of the first set's figures, and scored once after that change."""
+    rng = random.Random(SEED)
+    out = []
+    for k, part in enumerate(("first", "second")):
+        for shape in SHAPES:
+            costs, prompt, output = _draw(shape, rng)
+            doc = (f"{shape}: step {costs['step_ms']:g} ms + {costs['prefill_ms']:g} ms/prompt token + "
+                   f"{costs['decode_ms']:g} ms/decoding sequence + {costs['attn_ms']:g} ms/cached token, KV cache "
+                   f"{costs['kv_tokens']} tokens; {prompt} prompt / {output} output tokens")
+            out.append(Spec(f"llm-{shape}{k + 1}", shape, part, doc, costs, prompt, output))
+    return out
+
+
+def knobs(config: dict) -> list[llmtune.Knob]:
+    k = llmtune.knobs_for(config, {n: list(v) for n, v in PARAMS.items()}, INSTANCES)
+    return llmtune.with_served(k, llmtune.served_values(config, k, None))
+
+
+# -- sweep -------------------------------------------------------------------------------------------------
+
+def sweep(names: list[str], out: Path) -> None:
+    from kubectl_triton.adapters.tritonserver import TritonServer
+
+    out.mkdir(parents=True, exist_ok=True)
+    chosen = [s for s in specs() if (s.name in names if names else not (out / f"{s.name}.json").exists())]
+    with tempfile.TemporaryDirectory() as tmp:
+        repo = Path(tmp) / "models"
+        for s in chosen:
+            write_model(repo, s.name, costs=s.costs)
+        with TritonServer(repo, model_control_mode="explicit",
+                          extra_args=[f"--load-model={s.name}" for s in chosen]) as server:
+            server.wait_ready(120)
+            try:
+                _sweep_models(server, chosen, out)
+            except BaseException:
+                (out / "tritonserver-failed.log").write_text(server.log)
+                raise
+
+
+def _sweep_models(server, chosen: list[Spec], out: Path) -> None:
+    from kubectl_triton.perf.target import GrpcTarget
+    from kubectl_triton.perf.tunerun import guard
+
+    for s in chosen:
+        t0 = time.monotonic()
+        target = GrpcTarget(f"127.0.0.1:{server.grpc_port}", s.name)
+        original = target.config()
+        ks = knobs(original)
+        reqs = streaming.llm_requests(original, s.prompt_tokens, s.output_tokens)
+        space = list(itertools.product(*(k.values for k in ks)))
+        windows: dict[tuple[str, ...], list] = {v: [] for v in space}
+        with guard() as g:
+            run = llmtune.LlmRun(target, reqs, CONCURRENCY, DURATION_S, WARMUP_S, streaming.Slo(),
+                                 original, ks, None, g)
+            try:
+                for _ in range(WINDOWS):  # alternately: a slow drift of the machine spreads evenly
+                    for v in space:
+                        windows[v].append(_window(run, v))
+            finally:
+                run.restore()
+        doc = {"model": s.name, "shape": s.shape, "part": s.part, "doc": s.doc, "costs": s.costs,
+               "prompt_tokens": s.prompt_tokens, "output_tokens": s.output_tokens,
+               "concurrency": CONCURRENCY, "duration_s": DURATION_S, "warmup_s": WARMUP_S,
+               "knobs": [{"name": k.name, "values": list(k.values)} for k in ks],
+               "served": list(llmtune.served_values(original, ks, None)),
+               "seconds": round(time.monotonic() - t0, 1),
+               "settings": [{"values": list(v), "windows": ws} for v, ws in windows.items()]}
+        (out / f"{s.name}.json").write_text(json.dumps(doc, separators=(",", ":")) + "\n")
+        print(f"{s.name}: {len(space)} settings x {WINDOWS} windows in {doc['seconds']:.0f} s", flush=True)
+
+
+def _window(run: llmtune.LlmRun, values: tuple[str, ...]) -> dict:
+    """One window of a setting: its requests as [ended (s), TTFT (ms), TPOT (ms)], or the load's error."""
+    try:
+        run.load(values)
+        with run.guard.interruptible():
+            done = streaming.collect(run.target, run.requests, CONCURRENCY, DURATION_S, WARMUP_S)
+    except PerfError as err:
+        return {"error": err.message}
+    return {"requests": [[round(c.end_s, 4), round(c.ttft_ms, 2), None if c.tpot_ms is None else round(c.tpot_ms, 3)]
+                         for c in done]}
+
+
+# -- the truth ------------------------------------------------------------------------------------------------
+
+def load_truth(root: Path, part: str = "all") -> list[dict]:
+    """The truth files of the set `part` (all: both); each model's set is its spec's."""
+    return [{**json.loads((root / f"{s.name}.json").read_text()), "part": s.part} for s in specs()
+            if (part == "all" or s.part == part) and (root / f"{s.name}.json").exists()]
+
+
+class Truth:
+    """A model's settings with every window's requests; a setting's true goodput at some targets is the mean of
+    its windows' goodputs there."""
+
+    def __init__(self, doc: dict) -> None:
+        self.doc = doc
+        self.knobs = [llmtune.Knob(k["name"], "parameter", tuple(k["values"])) for k in doc["knobs"]]
+        self.windows = {tuple(row["values"]): row["windows"] for row in doc["settings"]}
+
+    def result(self, window: dict, slo: streaming.Slo) -> streaming.StreamResult:
+        """A recorded window as the load generator reports it at `slo` (ITL percentiles: of the TPOTs)."""
+        if "error" in window:
+            raise PerfError(window["error"])
+        done = [streaming.Completed(end, ttft, () if tpot is None else (tpot,)) for end, ttft, tpot in
+                window["requests"]]
+        return streaming.summarize(self.doc["concurrency"], done, self.doc["duration_s"], slo)
+
+    def goodputs(self, values: tuple[str, ...], slo: streaming.Slo) -> list[float]:
+        return [self.result(w, slo).goodput for w in self.windows[values] if "error" not in w]
+
+    def goodput(self, values: tuple[str, ...], slo: streaming.Slo) -> float:
+        gs = self.goodputs(values, slo)
+        return statistics.mean(gs) if gs else 0.0
+
+    def best(self, slo: streaming.Slo) -> tuple[tuple[str, ...], float]:
+        v = max(self.windows, key=lambda x: self.goodput(x, slo))
+        return v, self.goodput(v, slo)
+
+    def score(self, chosen: tuple[str, ...] | None, slo: streaming.Slo) -> float:
+        """The chosen setting's true goodput over the true best's (0 when none was chosen but one exists)."""
+        _, top = self.best(slo)
+        if top == 0:
+            return 1.0 if chosen is None else 0.0
+        return 0.0 if chosen is None else self.goodput(chosen, slo) / top
+
+    def tie(self, chosen: tuple[str, ...] | None, slo: streaming.Slo) -> bool:
+        """Whether the chosen setting's goodput is within two standard errors of the best's (its windows' spread)."""
+        best, top = self.best(slo)
+        if chosen is None:
+            return top == 0
+
+        def se(v: tuple[str, ...]) -> float:
+            gs = self.goodputs(v, slo)
+            return statistics.stdev(gs) / math.sqrt(len(gs)) if len(gs) > 1 else 0.0
+        return top - self.goodput(chosen, slo) <= 2 * math.hypot(se(best), se(chosen))
+
+
+def targets(doc: dict) -> dict[str, streaming.Slo]:
+    """Two pairs of targets per model, from its truth (each setting's first window): `median`, the median over the
+    settings of their median TTFT and of their median TPOT, and `loose`, the third quartile of each. More sequences
+    at a time shorten the queue for the first token and lengthen every step, so few settings meet both medians;
+    more meet the quartiles. (The first quartiles left no setting with a good request on the first model swept.)"""
+    ttft, tpot = [], []
+    for row in doc["settings"]:
+        for w in row["windows"][:1]:
+            if "requests" in w:
+                ttft.append(statistics.median(r[1] for r in w["requests"]))
+                tpot.append(statistics.median(r[2] for r in w["requests"] if r[2] is not None))
+    ttft.sort()
+    tpot.sort()
+    return {"median": streaming.Slo(round(statistics.median(ttft), 1), round(statistics.median(tpot), 2)),
+            "loose": streaming.Slo(round(ttft[3 * len(ttft) // 4], 1), round(tpot[3 * len(tpot) // 4], 2))}
+
+
+# -- replay ---------------------------------------------------------------------------------------------------
+
+def replay(truth: Truth, slo: streaming.Slo, seed: int | None = None,
+           exhaustive: bool = False) -> llmtune.GoodputSearch:
+    """The goodput search (or `tune --exhaustive`'s sweep) on the recorded windows: each measurement of a setting
+    returns its next window, in recorded order (seed None) or shuffled with `seed`."""
+    seen: dict[tuple[str, ...], int] = {}
+    rng = random.Random(seed)
+    order: dict[tuple[str, ...], list] = {}
+
+    def measure(values: tuple[str, ...]) -> streaming.StreamResult:
+        ws = truth.windows[values]
+        if values not in order:
+            order[values] = list(ws) if seed is None else rng.sample(ws, len(ws))
+        i = seen[values] = seen.get(values, -1) + 1
+        return truth.result(order[values][i % len(ws)], slo)
+
+    budget = search.Budget() if exhaustive else search.share_budget(len(truth.windows))
+    s = llmtune.GoodputSearch(truth.knobs, measure, budget)
+    served = tuple(truth.doc["served"])
+    s.exhaustive(served) if exhaustive else s.run(served)
+    return s
+
+
+def chosen_of(s: llmtune.GoodputSearch) -> tuple[str, ...] | None:
+    best = s.best()
+    return best if best is not None and s.figures[best].goodput > 0 else None
+
+
+def run_replay(root: Path, seeds: int = 0, exhaustive: bool = False, part: str = "all") -> list[dict]:
+    """One row per model and pair of targets: the recorded order's run and `seeds` shuffled orders besides
+    (`score`: their mean, `worst`: the lowest, `chosen`: the recorded order's)."""
+    rows = []
+    for doc in load_truth(root, part):
+        truth = Truth(doc)
+        for label, slo in targets(doc).items():
+            runs = [replay(truth, slo, seed, exhaustive) for seed in [None, *range(seeds)]]
+            picks = [chosen_of(s) for s in runs]
+            scores = [truth.score(p, slo) for p in picks]
+            best, top = truth.best(slo)
+            rows.append({"model": doc["model"], "part": doc["part"], "targets": label,
+                         "max_ttft_ms": slo.max_ttft_ms, "max_itl_ms": slo.max_itl_ms, "space": len(truth.windows),
+                         "measured": max(len(s.figures) for s in runs), "trials": max(s.budget.used for s in runs),
+                         "score": round(statistics.mean(scores), 3), "worst": round(min(scores), 3),
+                         "tie": round(statistics.mean(truth.tie(p, slo) for p in picks), 3),
+                         "exists": top > 0, "chosen": _describe(truth, picks[0]),
+                         "best": _describe(truth, best) if top > 0 else None, "best_goodput": round(top, 2)})
+    return rows
+
+
+def _describe(truth: Truth, values: tuple[str, ...] | None) -> str | None:
+    return None if values is None else llmtune.describe(truth.knobs, values)
+
+
+def report(rows: list[dict]) -> None:
+    print(f"{'model':16}{'targets':>8}{'ttft':>8}{'tpot':>7}{'measured':>10}{'score':>7}{'worst':>7}  chosen / best")
+    for r in rows:
+        sc = f"{r['score']:.0%}" if r["exists"] else "none"
+        worst = f"{r['worst']:.0%}" if r["exists"] and r.get("worst") is not None else "-"
+        print(f"{r['model']:16}{r['targets']:>8}{r['max_ttft_ms']:>8g}{r['max_itl_ms']:>7g}"
+              f"{r['measured']:>5}/{r['space']:<4}{sc:>7}{worst:>7}  {r['chosen']} / {r['best']}")
+    scores = [r["score"] for r in rows if r["exists"]]
+    if scores:
+        below = [r for r in rows if r["exists"] and r["score"] < 0.95]
+        print(f"{len(scores)} runs: min {min(scores):.1%}, mean {statistics.mean(scores):.1%}, below 95%: "
+              f"{len(below)}, of which {sum(r['tie'] for r in below):.1f} chose a setting the truth cannot tell from "
+              f"the best (within two standard errors), most measured {max(r['measured'] for r in rows)} settings "
+              f"({max(r['trials'] for r in rows)} measurements)")
+
+
+# -- live -----------------------------------------------------------------------------------------------------
+
+def live(root: Path, part: str = "all") -> list[dict]:
+    from kubectl_triton.adapters.tritonserver import TritonServer
+
+    docs = load_truth(root, part)
+    chosen = [s for s in specs() if s.name in {d["model"] for d in docs}]
+    exe = Path(sys.executable).parent / "kubectl-triton"
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        repo = Path(tmp) / "models"
+        for s in chosen:
+            write_model(repo, s.name, costs=s.costs)
+        with TritonServer(repo, model_control_mode="explicit",
+                          extra_args=[f"--load-model={s.name}" for s in chosen]) as server:
+            server.wait_ready(120)
+            for doc in docs:
+                truth = Truth(doc)
+                for label, slo in targets(doc).items():
+                    params = [x for n, v in PARAMS.items() for x in ("--param", f"{n}={','.join(v)}")]
+                    cmd = [str(exe), "tune", doc["model"], "--url", f"127.0.0.1:{server.grpc_port}", "--protocol",
+                           "grpc", "--objective", "goodput", "--max-ttft", f"{slo.max_ttft_ms:g}ms", "--max-itl",
+                           f"{slo.max_itl_ms:g}ms", "--concurrency", str(CONCURRENCY), "--duration",
+                           f"{DURATION_S:g}s", "--warmup", f"{WARMUP_S:g}s", "--prompt-tokens",
+                           str(doc["prompt_tokens"]), "--output-tokens", str(doc["output_tokens"]), *params,
+                           "--instances", ",".join(map(str, INSTANCES)), "-o", "json"]
+                    t0 = time.monotonic()
+                    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+                    seconds = round(time.monotonic() - t0, 1)
+                    found = json.loads(proc.stdout) if proc.stdout.strip() else {}
+                    names = [k.name for k in truth.knobs]
+                    pick = tuple(found["best"]["setting"][n] for n in names) if found.get("best") else None
+                    best, top = truth.best(slo)
+                    rows.append({"model": doc["model"], "part": doc["part"], "targets": label,
+                                 "max_ttft_ms": slo.max_ttft_ms,
+                                 "max_itl_ms": slo.max_itl_ms, "space": len(truth.windows),
+                                 "measured": len({json.dumps(t["setting"]) for t in found.get("trials", [])}),
+                                 "trials": found.get("measurements", 0),
+                                 "score": round(truth.score(pick, slo), 3), "tie": float(truth.tie(pick, slo)),
+                                 "exists": top > 0, "exit": proc.returncode, "stderr": proc.stderr.strip() or None,
+                                 "seconds": seconds, "chosen": _describe(truth, pick),
+                                 "best": _describe(truth, best) if top > 0 else None, "best_goodput": round(top, 2),
+                                 "command": " ".join(cmd[1:]),
+                                 "steps": [[t["step"], [t["setting"][n] for n in names], t.get("goodput")]
+                                           for t in found.get("trials", [])]})
+                    print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("what", choices=("sweep", "replay", "live", "list"))
+    ap.add_argument("--models", default="")
+    ap.add_argument("--set", default="all", choices=("first", "second", "all"))
+    ap.add_argument("--truth", type=Path, default=TRUTH)
+    ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--seeds", type=int, default=0, help="replay: shuffled window orders besides the recorded one")
+    ap.add_argument("--exhaustive", action="store_true", help="replay `tune --exhaustive` instead of the search")
+    a = ap.parse_args()
+    if a.what == "list":
+        for s in specs():
+            print(f"{s.name:16} {s.doc}")
+        return
+    if a.what == "sweep":
+        sweep([n for n in a.models.split(",") if n], a.truth)
+        return
+    rows = run_replay(a.truth, a.seeds, a.exhaustive, a.set) if a.what == "replay" else live(a.truth, a.set)
+    report(rows)
+    if a.json:
+        a.json.write_text(json.dumps(rows, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
