@@ -372,6 +372,10 @@ def live(root: Path, part: str = "all") -> list[dict]:
                                  "steps": [[t["step"], [t["setting"][n] for n in names], t.get("goodput")]
                                            for t in found.get("trials", [])]})
                     print(json.dumps(rows[-1]), flush=True)
+                    if not server.running:  # the rest would only fail to connect
+                        (root / "tritonserver-failed.log").write_text(server.log)
+                        raise SystemExit(f"tritonserver died after {doc['model']} {label}: see "
+                                         f"{root / 'tritonserver-failed.log'}")
     return rows
 
 

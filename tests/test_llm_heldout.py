@@ -1,0 +1,84 @@
+"""bench/llm_heldout.py's scoring (issue 27): the committed held-out goodput figures are what the goodput search
+and the committed truth give, and a recorded window counts goodput at any targets as the load generator does."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from kubectl_triton.perf import streaming
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results" / "llm-heldout"
+
+
+@pytest.fixture(scope="module")
+def heldout():
+    sys.path.insert(0, str(ROOT / "bench"))  # it imports its sibling llm_models
+    try:
+        spec = importlib.util.spec_from_file_location("llm_heldout", ROOT / "bench" / "llm_heldout.py")
+        assert spec and spec.loader
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["llm_heldout"] = module  # its dataclasses look their module up there
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    return module
+
+
+def test_every_drawn_model_has_its_whole_space_committed(heldout):
+    specs = heldout.specs()
+    assert len(specs) == 14 and {s.part for s in specs} == {"first", "second"}
+    for s in specs:
+        doc = json.loads((RESULTS / f"{s.name}.json").read_text())
+        assert len(doc["settings"]) == 40 and all(len(r["windows"]) == heldout.WINDOWS for r in doc["settings"])
+        assert doc["costs"] == s.costs and tuple(doc["served"]) in {tuple(r["values"]) for r in doc["settings"]}
+
+
+def test_a_window_counts_goodput_at_the_targets_it_is_scored_at(heldout):
+    doc = json.loads((RESULTS / "llm-decode1.json").read_text())
+    truth = heldout.Truth(doc)
+    window = doc["settings"][0]["windows"][0]
+    loose = truth.result(window, streaming.Slo())  # no targets: every request is good
+    assert loose.goodput == pytest.approx(len(window["requests"]) / doc["duration_s"]) and loose.good_fraction == 1
+    ttft = sorted(r[1] for r in window["requests"])
+    cut = ttft[len(ttft) // 2]
+    half = truth.result(window, streaming.Slo(cut))  # about the faster half of the requests
+    expected = sum(t <= cut for t in ttft) / len(ttft)
+    assert half.good_fraction == pytest.approx(expected) and expected < 1
+    # at the median targets: the best scores 1; a setting without a good request scores 0 and is no tie
+    median = heldout.targets(doc)["median"]
+    best, top = truth.best(median)
+    assert top > 0 and truth.score(best, median) == 1.0
+    worst = min(truth.windows, key=lambda v: truth.goodput(v, median))
+    assert truth.goodput(worst, median) == truth.score(worst, median) == 0 and not truth.tie(worst, median)
+    assert truth.score(None, median) == 0.0 and not truth.tie(None, median)  # none chosen where one exists
+
+
+def test_the_committed_replay_is_what_the_goodput_search_gives(heldout):
+    """replay-seeds30.json's `chosen` (the recorded window order) for every run: a change to the goodput search that
+    moves a choice must come with the figures run again."""
+    committed = {(r["model"], r["targets"]): r for r in json.loads((RESULTS / "replay-seeds30.json").read_text())}
+    rows = heldout.run_replay(RESULTS)
+    assert len(rows) == len(committed) == 28
+    moved = [(r["model"], r["targets"], r["chosen"], committed[r["model"], r["targets"]]["chosen"])
+             for r in rows if r["chosen"] != committed[r["model"], r["targets"]]["chosen"]]
+    assert not moved, moved
+    assert all(r["measured"] <= 6 for r in rows)  # 15% of the 40 settings
+
+
+def test_the_committed_exhaustive_replay_is_what_tune_exhaustive_gives(heldout):
+    """replay-exhaustive-seeds30.json (`tune --exhaustive` replayed: the ceiling the search is compared with)
+    measured all 40 settings in every run, then its winner again, and chose what the sweep gives."""
+    committed = {(r["model"], r["targets"]): r
+                 for r in json.loads((RESULTS / "replay-exhaustive-seeds30.json").read_text())}
+    rows = heldout.run_replay(RESULTS, exhaustive=True)
+    assert len(rows) == len(committed) == 28
+    assert all(r["measured"] == r["space"] == 40 and r["trials"] > 40 for r in rows if r["exists"])
+    moved = [(r["model"], r["targets"], r["chosen"], committed[r["model"], r["targets"]]["chosen"])
+             for r in rows if r["chosen"] != committed[r["model"], r["targets"]]["chosen"]]
+    assert not moved, moved
