@@ -25,6 +25,7 @@ Run:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import json
 import math
@@ -34,6 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -121,11 +123,11 @@ def knobs(config: dict) -> list[llmtune.Knob]:
 
 # -- sweep -------------------------------------------------------------------------------------------------
 
-def sweep(names: list[str], out: Path) -> None:
+@contextlib.contextmanager
+def _served(chosen: list[Spec]) -> Iterator:
+    """A tritonserver (explicit model control) serving the `chosen` models from a temporary repository."""
     from kubectl_triton.adapters.tritonserver import TritonServer
 
-    out.mkdir(parents=True, exist_ok=True)
-    chosen = [s for s in specs() if (s.name in names if names else not (out / f"{s.name}.json").exists())]
     with tempfile.TemporaryDirectory() as tmp:
         repo = Path(tmp) / "models"
         for s in chosen:
@@ -133,11 +135,18 @@ def sweep(names: list[str], out: Path) -> None:
         with TritonServer(repo, model_control_mode="explicit",
                           extra_args=[f"--load-model={s.name}" for s in chosen]) as server:
             server.wait_ready(120)
-            try:
-                _sweep_models(server, chosen, out)
-            except BaseException:
-                (out / "tritonserver-failed.log").write_text(server.log)
-                raise
+            yield server
+
+
+def sweep(names: list[str], out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    chosen = [s for s in specs() if (s.name in names if names else not (out / f"{s.name}.json").exists())]
+    with _served(chosen) as server:
+        try:
+            _sweep_models(server, chosen, out)
+        except BaseException:
+            (out / "tritonserver-failed.log").write_text(server.log)
+            raise
 
 
 def _sweep_models(server, chosen: list[Spec], out: Path) -> None:
@@ -329,53 +338,45 @@ def report(rows: list[dict]) -> None:
 # -- live -----------------------------------------------------------------------------------------------------
 
 def live(root: Path, part: str = "all") -> list[dict]:
-    from kubectl_triton.adapters.tritonserver import TritonServer
-
     docs = load_truth(root, part)
     chosen = [s for s in specs() if s.name in {d["model"] for d in docs}]
     exe = Path(sys.executable).parent / "kubectl-triton"
     rows = []
-    with tempfile.TemporaryDirectory() as tmp:
-        repo = Path(tmp) / "models"
-        for s in chosen:
-            write_model(repo, s.name, costs=s.costs)
-        with TritonServer(repo, model_control_mode="explicit",
-                          extra_args=[f"--load-model={s.name}" for s in chosen]) as server:
-            server.wait_ready(120)
-            for doc in docs:
-                truth = Truth(doc)
-                for label, slo in targets(doc).items():
-                    params = [x for n, v in PARAMS.items() for x in ("--param", f"{n}={','.join(v)}")]
-                    cmd = [str(exe), "tune", doc["model"], "--url", f"127.0.0.1:{server.grpc_port}", "--protocol",
-                           "grpc", "--objective", "goodput", "--max-ttft", f"{slo.max_ttft_ms:g}ms", "--max-itl",
-                           f"{slo.max_itl_ms:g}ms", "--concurrency", str(CONCURRENCY), "--duration",
-                           f"{DURATION_S:g}s", "--warmup", f"{WARMUP_S:g}s", "--prompt-tokens",
-                           str(doc["prompt_tokens"]), "--output-tokens", str(doc["output_tokens"]), *params,
-                           "--instances", ",".join(map(str, INSTANCES)), "-o", "json"]
-                    t0 = time.monotonic()
-                    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
-                    seconds = round(time.monotonic() - t0, 1)
-                    found = json.loads(proc.stdout) if proc.stdout.strip() else {}
-                    names = [k.name for k in truth.knobs]
-                    pick = tuple(found["best"]["setting"][n] for n in names) if found.get("best") else None
-                    best, top = truth.best(slo)
-                    rows.append({"model": doc["model"], "part": doc["part"], "targets": label,
-                                 "max_ttft_ms": slo.max_ttft_ms,
-                                 "max_itl_ms": slo.max_itl_ms, "space": len(truth.windows),
-                                 "measured": len({json.dumps(t["setting"]) for t in found.get("trials", [])}),
-                                 "trials": found.get("measurements", 0),
-                                 "score": round(truth.score(pick, slo), 3), "tie": float(truth.tie(pick, slo)),
-                                 "exists": top > 0, "exit": proc.returncode, "stderr": proc.stderr.strip() or None,
-                                 "seconds": seconds, "chosen": _describe(truth, pick),
-                                 "best": _describe(truth, best) if top > 0 else None, "best_goodput": round(top, 2),
-                                 "command": " ".join(cmd[1:]),
-                                 "steps": [[t["step"], [t["setting"][n] for n in names], t.get("goodput")]
-                                           for t in found.get("trials", [])]})
-                    print(json.dumps(rows[-1]), flush=True)
-                    if not server.running:  # the rest would only fail to connect
-                        (root / "tritonserver-failed.log").write_text(server.log)
-                        raise SystemExit(f"tritonserver died after {doc['model']} {label}: see "
-                                         f"{root / 'tritonserver-failed.log'}")
+    with _served(chosen) as server:
+        for doc in docs:
+            truth = Truth(doc)
+            for label, slo in targets(doc).items():
+                params = [x for n, v in PARAMS.items() for x in ("--param", f"{n}={','.join(v)}")]
+                cmd = [str(exe), "tune", doc["model"], "--url", f"127.0.0.1:{server.grpc_port}", "--protocol",
+                       "grpc", "--objective", "goodput", "--max-ttft", f"{slo.max_ttft_ms:g}ms", "--max-itl",
+                       f"{slo.max_itl_ms:g}ms", "--concurrency", str(CONCURRENCY), "--duration",
+                       f"{DURATION_S:g}s", "--warmup", f"{WARMUP_S:g}s", "--prompt-tokens",
+                       str(doc["prompt_tokens"]), "--output-tokens", str(doc["output_tokens"]), *params,
+                       "--instances", ",".join(map(str, INSTANCES)), "-o", "json"]
+                t0 = time.monotonic()
+                proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+                seconds = round(time.monotonic() - t0, 1)
+                found = json.loads(proc.stdout) if proc.stdout.strip() else {}
+                names = [k.name for k in truth.knobs]
+                pick = tuple(found["best"]["setting"][n] for n in names) if found.get("best") else None
+                best, top = truth.best(slo)
+                rows.append({"model": doc["model"], "part": doc["part"], "targets": label,
+                             "max_ttft_ms": slo.max_ttft_ms,
+                             "max_itl_ms": slo.max_itl_ms, "space": len(truth.windows),
+                             "measured": len({json.dumps(t["setting"]) for t in found.get("trials", [])}),
+                             "trials": found.get("measurements", 0),
+                             "score": round(truth.score(pick, slo), 3), "tie": float(truth.tie(pick, slo)),
+                             "exists": top > 0, "exit": proc.returncode, "stderr": proc.stderr.strip() or None,
+                             "seconds": seconds, "chosen": _describe(truth, pick),
+                             "best": _describe(truth, best) if top > 0 else None, "best_goodput": round(top, 2),
+                             "command": " ".join(cmd[1:]),
+                             "steps": [[t["step"], [t["setting"][n] for n in names], t.get("goodput")]
+                                       for t in found.get("trials", [])]})
+                print(json.dumps(rows[-1]), flush=True)
+                if not server.running:  # the rest would only fail to connect
+                    (root / "tritonserver-failed.log").write_text(server.log)
+                    raise SystemExit(f"tritonserver died after {doc['model']} {label}: see "
+                                     f"{root / 'tritonserver-failed.log'}")
     return rows
 
 

@@ -3,14 +3,13 @@ and the committed truth give, and a recorded window counts goodput at any target
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
 from kubectl_triton.perf import streaming
+from tests import benchscripts
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results" / "llm-heldout"
@@ -18,16 +17,7 @@ RESULTS = ROOT / "bench" / "results" / "llm-heldout"
 
 @pytest.fixture(scope="module")
 def heldout():
-    sys.path.insert(0, str(ROOT / "bench"))  # it imports its sibling llm_models
-    try:
-        spec = importlib.util.spec_from_file_location("llm_heldout", ROOT / "bench" / "llm_heldout.py")
-        assert spec and spec.loader
-        module = importlib.util.module_from_spec(spec)
-        sys.modules["llm_heldout"] = module  # its dataclasses look their module up there
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(ROOT / "bench"))
-    return module
+    return benchscripts.load("llm_heldout")
 
 
 def test_every_drawn_model_has_its_whole_space_committed(heldout):

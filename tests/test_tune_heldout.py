@@ -3,14 +3,13 @@ committed truth give, and a score, a tie and a bound mean what docs/bench-tune.m
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
 from kubectl_triton.perf import search
+from tests import benchscripts
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results" / "tune-heldout"
@@ -18,16 +17,7 @@ RESULTS = ROOT / "bench" / "results" / "tune-heldout"
 
 @pytest.fixture(scope="module")
 def heldout():
-    sys.path.insert(0, str(ROOT / "bench"))  # it imports its sibling tune_models
-    try:
-        spec = importlib.util.spec_from_file_location("tune_heldout", ROOT / "bench" / "tune_heldout.py")
-        assert spec and spec.loader
-        module = importlib.util.module_from_spec(spec)
-        sys.modules["tune_heldout"] = module  # its dataclasses look their module up there
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(ROOT / "bench"))
-    return module
+    return benchscripts.load("tune_heldout")
 
 
 def test_every_drawn_model_has_its_truth_committed(heldout):
