@@ -99,7 +99,7 @@ def main() -> None:
     ap.add_argument("--loose-ttft", default=None)
     ap.add_argument("--loose-itl", default=None)
     ap.add_argument("--seqs", default="max_num_seqs=4,8,16,32,64")
-    ap.add_argument("--max-trials", default="8")
+    ap.add_argument("--max-trials", default=None, help="tune's --max-trials (default: tune's own budget)")
     ap.add_argument("--windows", type=int, default=3)
     ap.add_argument("--smoke", action="store_true", help="first two streamed levels (is the engine sound?)")
     ap.add_argument("--smoke-only", action="store_true")
@@ -160,15 +160,14 @@ def main() -> None:
         result["sweep"] = {"exit": rc, "stderr": err, "wall_s": round(time.monotonic() - t0, 1), "doc": sweep}
         print(f"sweep: exit {rc}, best {json.dumps((sweep or {}).get('best'))}", flush=True)
         (out / "gpu-llm.json").write_text(json.dumps(result, indent=1))
+        budget = ["--max-trials", a.max_trials] if a.max_trials else []
         t0 = time.monotonic()
-        rc, found, err = run_plugin(tune_args(server, a, "--max-trials", a.max_trials, "--write", "--repo",
-                                              str(gitops)), log)
+        rc, found, err = run_plugin(tune_args(server, a, *budget, "--write", "--repo", str(gitops)), log)
         result["tune"] = {"exit": rc, "stderr": err, "wall_s": round(time.monotonic() - t0, 1), "doc": found}
         print(f"tune: exit {rc}, best {json.dumps((found or {}).get('best'))} {err}", flush=True)
         if rc == 1 and a.loose_ttft:  # nothing met the targets: once more with the looser ones
             a.max_ttft, a.max_itl = a.loose_ttft, a.loose_itl
-            rc, found, err = run_plugin(tune_args(server, a, "--max-trials", a.max_trials, "--write", "--repo",
-                                                  str(gitops)), log)
+            rc, found, err = run_plugin(tune_args(server, a, *budget, "--write", "--repo", str(gitops)), log)
             result["tune_loose"] = {"exit": rc, "stderr": err, "doc": found}
             print(f"tune (looser targets): exit {rc}, best {json.dumps((found or {}).get('best'))} {err}", flush=True)
         (out / "gpu-llm.json").write_text(json.dumps(result, indent=1))

@@ -1,11 +1,12 @@
 """Held-out LLMs for `tune --objective goodput` (issue 27): generated decoder cost shapes, their exhaustive truth
 per request, and the goodput search scored against it at targets drawn from that truth.
 
-Fourteen decoupled in-flight batching models (bench/llm_models.py's CPU engine: sleeps under a lock the instances
-share) drawn from seven cost shapes with a fixed seed, in two sets (`specs`). The goodput search was built on the
+Twenty-one decoupled in-flight batching models (bench/llm_models.py's CPU engine: sleeps under a lock the instances
+share) drawn from seven cost shapes with a fixed seed, in three sets (`specs`). The goodput search was built on the
 tests' model and on the GPU runs (bench/results/h100-gpt2-goodput-*); the first set was scored against it and then
 changed it (the screen of docs/bench-tune.md, "Held-out LLMs"); the second set, drawn and swept before that change,
-was scored once after it.
+was scored once after it; the third, drawn and swept after the first two chose the screen's admitting sequences,
+was scored once after that.
 
     sweep     (the models without a truth file, or --models) every setting of the space (max_num_seqs 2..32, chunked
               context, scheduler policy, 1 or 2 instances: 40) measured in WINDOWS windows on a real tritonserver,
@@ -18,8 +19,8 @@ was scored once after it.
 
 Run:
     .venv/bin/python bench/llm_heldout.py sweep [--models NAME,...]
-    .venv/bin/python bench/llm_heldout.py replay [--set first|second|all] [--seeds N] [--exhaustive] [--json FILE]
-    .venv/bin/python bench/llm_heldout.py live [--set first|second|all] [--json FILE]
+    .venv/bin/python bench/llm_heldout.py replay [--set first|second|third|all] [--seeds N] [--exhaustive] [--json FILE]
+    .venv/bin/python bench/llm_heldout.py live [--set first|second|third|all] [--json FILE]
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ INSTANCES = [1, 2]
 class Spec:
     name: str
     shape: str
-    part: str  # the set: `first`, `second`
+    part: str  # the set: `first`, `second`, `third`
     doc: str
     costs: dict
     prompt_tokens: int
@@ -102,11 +103,12 @@ SHAPES = ("step", "decode", "prefill", "attention", "kv", "light", "mixed")
 
 
 def specs() -> list[Spec]:
-    """Two held-out sets, one draw of each shape each: `first`, and `second`, drawn and swept before the search
-    was changed in view of the first set's figures, and scored once after that change."""
+    """Three held-out sets, one draw of each shape each: `first`; `second`, drawn and swept before the search was
+    changed in view of the first set's figures, and scored once after that change; `third`, drawn and swept
+    before the search was changed in view of the second set's figures."""
     rng = random.Random(SEED)
     out = []
-    for k, part in enumerate(("first", "second")):
+    for k, part in enumerate(("first", "second", "third")):
         for shape in SHAPES:
             costs, prompt, output = _draw(shape, rng)
             doc = (f"{shape}: step {costs['step_ms']:g} ms + {costs['prefill_ms']:g} ms/prompt token + "
@@ -283,7 +285,7 @@ def replay(truth: Truth, slo: streaming.Slo, seed: int | None = None,
         return truth.result(order[values][i % len(ws)], slo)
 
     budget = search.Budget() if exhaustive else search.share_budget(len(truth.windows))
-    s = llmtune.GoodputSearch(truth.knobs, measure, budget)
+    s = llmtune.GoodputSearch(truth.knobs, measure, budget, concurrency=truth.doc["concurrency"])
     served = tuple(truth.doc["served"])
     s.exhaustive(served) if exhaustive else s.run(served)
     return s
@@ -384,7 +386,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("what", choices=("sweep", "replay", "live", "list"))
     ap.add_argument("--models", default="")
-    ap.add_argument("--set", default="all", choices=("first", "second", "all"))
+    ap.add_argument("--set", default="all", choices=("first", "second", "third", "all"))
     ap.add_argument("--truth", type=Path, default=TRUTH)
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--seeds", type=int, default=0, help="replay: shuffled window orders besides the recorded one")

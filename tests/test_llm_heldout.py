@@ -22,7 +22,7 @@ def heldout():
 
 def test_every_drawn_model_has_its_whole_space_committed(heldout):
     specs = heldout.specs()
-    assert len(specs) == 14 and {s.part for s in specs} == {"first", "second"}
+    assert len(specs) == 21 and {s.part for s in specs} == {"first", "second", "third"}
     for s in specs:
         doc = json.loads((RESULTS / f"{s.name}.json").read_text())
         assert len(doc["settings"]) == 40 and all(len(r["windows"]) == heldout.WINDOWS for r in doc["settings"])
@@ -54,7 +54,7 @@ def test_the_committed_replay_is_what_the_goodput_search_gives(heldout):
     moves a choice must come with the figures run again."""
     committed = {(r["model"], r["targets"]): r for r in json.loads((RESULTS / "replay-seeds30.json").read_text())}
     rows = heldout.run_replay(RESULTS)
-    assert len(rows) == len(committed) == 28
+    assert len(rows) == len(committed) == 42
     moved = [(r["model"], r["targets"], r["chosen"], committed[r["model"], r["targets"]]["chosen"])
              for r in rows if r["chosen"] != committed[r["model"], r["targets"]]["chosen"]]
     assert not moved, moved
@@ -67,7 +67,7 @@ def test_the_committed_exhaustive_replay_is_what_tune_exhaustive_gives(heldout):
     committed = {(r["model"], r["targets"]): r
                  for r in json.loads((RESULTS / "replay-exhaustive-seeds30.json").read_text())}
     rows = heldout.run_replay(RESULTS, exhaustive=True)
-    assert len(rows) == len(committed) == 28
+    assert len(rows) == len(committed) == 42
     assert all(r["measured"] == r["space"] == 40 and r["trials"] > 40 for r in rows if r["exists"])
     moved = [(r["model"], r["targets"], r["chosen"], committed[r["model"], r["targets"]]["chosen"])
              for r in rows if r["chosen"] != committed[r["model"], r["targets"]]["chosen"]]

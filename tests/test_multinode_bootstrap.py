@@ -177,6 +177,7 @@ def test_two_node_group_starts_one_tritonserver_per_rank_and_dies_with_a_worker(
     reports = tmp_path / "reports"
     reports.mkdir()
     repo = _repository(tmp_path / "models", reports)
+    shm_before = set(_rank_shm())
     worker = _worker(hosts, tmp_path)
     leader = subprocess.Popen([*hosts.exec("a"), "sh", str(SCRIPTS / "leader.sh")],
                               env=_env(tmp_path, hosts, triton, repo), stdout=subprocess.DEVNULL,
@@ -215,6 +216,15 @@ def test_two_node_group_starts_one_tritonserver_per_rank_and_dies_with_a_worker(
             if proc.poll() is None:
                 proc.kill()
             proc.wait()
+        # the ranks' stubs die by SIGKILL with their "pods" and leave their shared memory (a pod's /dev/shm goes
+        # with it; the namespaces here share the machine's)
+        for region in set(_rank_shm()) - shm_before:
+            region.unlink(missing_ok=True)
+
+
+def _rank_shm() -> list[Path]:
+    """The python backend's shared memory regions of rank.sh's stubs (prefix rank<N>_)."""
+    return list(Path("/dev/shm").glob("rank[0-9]*_*"))
 
 
 def test_leader_gives_up_on_a_missing_worker_naming_it(hosts, tmp_path, triton):

@@ -196,6 +196,38 @@ def test_the_steps_that_pay_are_tried_together_before_the_walk():
     assert best[0] == "8" and best[3] == "2" and len(s.figures) <= 6, steps
 
 
+def test_past_a_dip_the_sequences_that_admit_every_client():
+    """Goodput dips one step up from the served 4 sequences (a longer step, and half of the 16 clients still queue
+    for a whole generation before their first token) and peaks once 16 sequences admit all of them; a second
+    instance pays at 4 (the shape of bench/llm_heldout.py's attention models). A step along the sequences that is
+    not ahead is followed by the fewest sequences that admit every client, so the peak is measured in the screen
+    instead of the walk settling on two instances at 4."""
+    one = {"2": 1.0, "4": 1.5, "8": 0.5, "16": 6.0, "32": 5.0}
+    two = {"2": 3.0, "4": 4.75, "8": 0.0, "16": 0.0, "32": 0.0}
+
+    def measure(values: tuple[str, ...]) -> streaming.StreamResult:
+        g = (one if values[3] == "1" else two)[values[0]]
+        return streaming.StreamResult(16, 40, 4.0, 400.0, 100.0, 500.0 if g == 0 else 150.0, 10.0, 20.0, 10.0, 20.0,
+                                      g, g / 4.0, 0.02)
+
+    knobs = [llmtune.Knob("max_num_seqs", "parameter", ("2", "4", "8", "16", "32")),
+             llmtune.Knob("enable_chunked_context", "parameter", ("false", "true")),
+             llmtune.Knob("batch_scheduler_policy", "parameter", ("guaranteed_no_evict", "max_utilization")),
+             llmtune.Knob("instance_count", "instances", ("1", "2"))]
+    s = llmtune.GoodputSearch(knobs, measure, search.share_budget(40), concurrency=16)
+    s.run(("4", "false", "guaranteed_no_evict", "1"))
+    steps = [(t.why, t.values) for t in s.trials]
+    assert steps[1:3] == [("screen: one step", ("8", "false", "guaranteed_no_evict", "1")),
+                          ("screen: every client admitted", ("16", "false", "guaranteed_no_evict", "1"))], steps
+    assert llmtune.choose(s, streaming.Slo(200, 20)) == ("16", "false", "guaranteed_no_evict", "1"), steps
+    # with two instances served, 8 sequences each admit the 16 clients; with 64 clients no value does
+    assert s._admitting(0, ("4", "false", "guaranteed_no_evict", "2")) == ("8", "false", "guaranteed_no_evict", "2")
+    s = llmtune.GoodputSearch(knobs, measure, search.share_budget(40), concurrency=64)
+    assert s._admitting(0, ("4", "false", "guaranteed_no_evict", "1")) is None
+    s.run(("4", "false", "guaranteed_no_evict", "1"))
+    assert "screen: every client admitted" not in [t.why for t in s.trials]
+
+
 def _lucky(first: dict[str, float], then: dict[str, float]):
     """Goodput per max_num_seqs: `first` in a setting's first window, `then` in every later one."""
     seen: dict[tuple[str, ...], int] = {}

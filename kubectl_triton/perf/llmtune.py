@@ -3,12 +3,14 @@ user's `--param`), each candidate loaded through Triton's model control (a confi
 override for vLLM) and measured with streamed requests (perf.streaming): goodput against TTFT / TPOT targets.
 
 The search: from the served setting, one step along each knob whose values are numbers (sequences per step,
-instances, a memory share), and those of the steps that came out ahead together (how many sequences pay depends on
-how many instances serve them: one knob at a time misses the pair). Then the throughput search's coordinate
-descent from the best so far (step along one knob while the step is better by more than the noise; a step within
-noise but ahead is measured again; passes while one moved), then the unmeasured neighbours of the best (one knob,
-then two knobs away) while the budget lasts, one measurement kept to measure the winner again before it is chosen
-(and the next winner, while the one measured again no longer leads). Ties on goodput go to the lower TTFT p99."""
+instances, a memory share) — along the sequences, when that step is not ahead, the fewest sequences that admit every
+client (goodput can dip before it peaks there: no client queues for its first token) — and those that came out ahead
+together (how many sequences pay depends on how many instances serve them: one knob at a time misses the pair).
+Then the throughput search's coordinate descent from the best so far (step along one knob while the step is better
+by more than the noise; a step within noise but ahead is measured again; passes while one moved), then the
+unmeasured neighbours of the best (one knob, then two knobs away) while the budget lasts, one measurement kept to
+measure the winner again before it is chosen (and the next winner, while the one measured again no longer leads).
+Ties on goodput go to the lower TTFT p99."""
 
 from __future__ import annotations
 
@@ -29,6 +31,9 @@ from kubectl_triton.perf.tunerun import Fatal, Guard, guard
 
 NOISE_FLOOR = 0.05  # streamed windows hold fewer requests than inference windows: 5% is a tie
 RESERVE = 1  # measurements kept to measure the winner again
+# knobs that bound the sequences an instance runs at once (vLLM's engine argument, bench/llm_models.py's engine):
+# a client beyond them waits for a whole generation before its first token
+SEQUENCES = frozenset({"max_num_seqs"})
 
 
 @dataclass(frozen=True)
@@ -225,8 +230,9 @@ class GoodputSearch:
     that cannot be loaded or measured; it is recorded and never chosen."""
 
     def __init__(self, knobs: list[Knob], measure: Callable[[tuple[str, ...]], StreamResult], budget: Budget,
-                 on_trial: Callable[[Trial], None] | None = None) -> None:
+                 on_trial: Callable[[Trial], None] | None = None, concurrency: int | None = None) -> None:
         self.knobs, self.measure, self.budget, self.on_trial = knobs, measure, budget, on_trial
+        self.concurrency = concurrency
         self.trials: list[Trial] = []
         self.figures: dict[tuple[str, ...], Figures] = {}
 
@@ -297,26 +303,43 @@ class GoodputSearch:
         return self.trials
 
     def screen(self, start: tuple[str, ...]) -> bool:
-        """One step along each knob whose values are numbers (up, or down from the top), then the steps that came
-        out ahead of `start` together. Returns whether the budget ran out."""
+        """One step along each knob whose values are numbers (up, or down from the top); along the sequences knob,
+        when that step is not ahead, the fewest sequences that admit every client (`_admitting`: more sequences a
+        step cost more than a shorter queue gains until no client queues for its first token). Then the values
+        that came out ahead of `start` together. Returns whether the budget ran out."""
         ahead: dict[int, str] = {}
         for axis, knob in enumerate(self.knobs):
             if not all(_number(v) for v in knob.values) or len(knob.values) < 2:
                 continue
             i = knob.values.index(start[axis])
             step = start[:axis] + (knob.values[i + 1 if i + 1 < len(knob.values) else i - 1],) + start[axis + 1:]
-            if step not in self.figures:
-                if not self.budget.allows(self._reserve()):
-                    return True
-                self._run(step, "screen: one step")
-            if self.figures[step].results and _ahead(self.figures[step], self.figures[start]):
-                ahead[axis] = step[axis]
+            admit = self._admitting(axis, start)
+            for cand, why in ((step, "screen: one step"), (admit, "screen: every client admitted")):
+                if cand is None or cand == start:
+                    continue
+                if cand not in self.figures:
+                    if not self.budget.allows(self._reserve()):
+                        return True
+                    self._run(cand, why)
+                if self.figures[cand].results and _ahead(self.figures[cand], self.figures[start]):
+                    ahead[axis] = cand[axis]
+                    break
         both = tuple(ahead.get(a, v) for a, v in enumerate(start))
         if len(ahead) > 1 and both not in self.figures:
             if not self.budget.allows(self._reserve()):
                 return True
             self._run(both, "screen: the steps ahead together")
         return False
+
+    def _admitting(self, axis: int, start: tuple[str, ...]) -> tuple[str, ...] | None:
+        """For a knob that bounds the sequences an instance runs at once (SEQUENCES): `start` with the fewest
+        sequences that admit every client of the load (with `start`'s instances); None for other knobs, without a
+        known concurrency, or when no value does."""
+        if self.knobs[axis].name not in SEQUENCES or not self.concurrency:
+            return None
+        inst = next((int(v) for k, v in zip(self.knobs, start, strict=True) if k.where == "instances"), 1)
+        fit = [v for v in self.knobs[axis].values if float(v) * inst >= self.concurrency]
+        return None if not fit else start[:axis] + (fit[0],) + start[axis + 1:]
 
     def descend(self, cur: tuple[str, ...]) -> bool:
         """Passes over the knobs from `cur` until one moves nothing. Returns whether the budget ran out."""
@@ -459,7 +482,7 @@ def tune_goodput(target, requests: list[list[Tensor]], concurrency: int, duratio
     configuration is loaded again at the end, also after a failure or Ctrl-C."""
     with guard() as g:
         run = LlmRun(target, requests, concurrency, duration_s, warmup_s, slo, original, knobs, model_json, g)
-        search = GoodputSearch(knobs, run.measure, budget, on_trial)
+        search = GoodputSearch(knobs, run.measure, budget, on_trial, concurrency)
         start = served_values(original, knobs, model_json)
         try:
             if exhaustive:
