@@ -174,6 +174,21 @@ def test_rollout_stuck_on_its_progress_deadline_is_failed(serving: real.Cluster)
 def test_lists_are_paged_by_the_real_server_as_by_the_stand_in(serving: real.Cluster, tmp_path: Path):
     """limit/continue as the real API server does them: every page but the last carries a continue token, and
     paging gives the same objects as one request; tests/apiserver.py pages the same objects the same way."""
+    # two pods of its own (the namespace enforces the restricted Pod Security Standard): how many the earlier
+    # tests' rollouts left is their business (one, at times)
+    extra = [{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"paging-{i}", "namespace": NAMESPACE},
+              "spec": {"securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
+                       "containers": [{"name": "c", "image": "registry.invalid/none:1", "securityContext": {
+                           "allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}}]}}
+             for i in range(2)]
+    serving.apply(extra)
+    try:
+        _paged_as_by_the_stand_in(serving, tmp_path)
+    finally:
+        serving.kubectl("delete", "pod", "-n", NAMESPACE, "paging-0", "paging-1", "--wait=false")
+
+
+def _paged_as_by_the_stand_in(serving: real.Cluster, tmp_path: Path) -> None:
     from kubectl_triton.adapters import kube as kube_mod
 
     kube = kube_mod.connect(str(serving.admin))

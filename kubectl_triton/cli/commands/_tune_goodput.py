@@ -122,7 +122,9 @@ def run(*, model: str, url: str | None, cluster, pod: str | None, protocol: str,
     if max_ttft is None and max_itl is None:
         raise click.UsageError("--objective goodput needs --max-ttft and/or --max-itl (e.g. --max-ttft 500ms "
                                "--max-itl 50ms)")
-    slo = streaming.Slo(None if max_ttft is None else max_ttft * 1e3, None if max_itl is None else max_itl * 1e3)
+    # milliseconds as given: 0.026 s * 1e3 is 26.000000000000004
+    slo = streaming.Slo(None if max_ttft is None else round(max_ttft * 1e3, 6),
+                        None if max_itl is None else round(max_itl * 1e3, 6))
     wanted = parse_params(params)
     folder = _model_folder(model, repo_root, repo_model) if write else None  # a wrong --repo fails before the search
     if folder is not None:

@@ -259,7 +259,7 @@ def command(ctx: click.Context, model: str, url: str | None, kubeconfig: str | N
                           instances=instances, max_trials=max_trials, budget=budget, exhaustive=exhaustive,
                           write=write, repo_root=repo_root, repo_model=repo_model)
         return
-    goal = search.Objective(max_p99 * 1e3 if max_p99 is not None else None)
+    goal = search.Objective(round(max_p99 * 1e3, 6) if max_p99 is not None else None)
     counts = instances or list(range(1, max_instances + 1))
     progress = sys.stderr.isatty()
 
