@@ -18,7 +18,7 @@ was scored once after that.
               cached truth
 
 Run:
-    .venv/bin/python bench/llm_heldout.py sweep [--models NAME,...]
+    .venv/bin/python bench/llm_heldout.py sweep [--models NAME,...] [--min-requests N] [--truth DIR]
     .venv/bin/python bench/llm_heldout.py replay [--set first|second|third|all] [--seeds N] [--exhaustive] [--json FILE]
     .venv/bin/python bench/llm_heldout.py live [--set first|second|third|all] [--json FILE]
 """
@@ -140,18 +140,18 @@ def _served(chosen: list[Spec]) -> Iterator:
             yield server
 
 
-def sweep(names: list[str], out: Path) -> None:
+def sweep(names: list[str], out: Path, min_requests: int = 0) -> None:
     out.mkdir(parents=True, exist_ok=True)
     chosen = [s for s in specs() if (s.name in names if names else not (out / f"{s.name}.json").exists())]
     with _served(chosen) as server:
         try:
-            _sweep_models(server, chosen, out)
+            _sweep_models(server, chosen, out, min_requests)
         except BaseException:
             (out / "tritonserver-failed.log").write_text(server.log)
             raise
 
 
-def _sweep_models(server, chosen: list[Spec], out: Path) -> None:
+def _sweep_models(server, chosen: list[Spec], out: Path, min_requests: int) -> None:
     from kubectl_triton.perf.target import GrpcTarget
     from kubectl_triton.perf.tunerun import guard
 
@@ -169,12 +169,13 @@ def _sweep_models(server, chosen: list[Spec], out: Path) -> None:
             try:
                 for _ in range(WINDOWS):  # alternately: a slow drift of the machine spreads evenly
                     for v in space:
-                        windows[v].append(_window(run, v))
+                        windows[v].append(_window(run, v, min_requests))
             finally:
                 run.restore()
         doc = {"model": s.name, "shape": s.shape, "part": s.part, "doc": s.doc, "costs": s.costs,
                "prompt_tokens": s.prompt_tokens, "output_tokens": s.output_tokens,
-               "concurrency": CONCURRENCY, "duration_s": DURATION_S, "warmup_s": WARMUP_S,
+               "concurrency": CONCURRENCY, "duration_s": DURATION_S, "min_requests": min_requests,
+               "warmup_s": WARMUP_S,
                "knobs": [{"name": k.name, "values": list(k.values)} for k in ks],
                "served": list(llmtune.served_values(original, ks, None)),
                "seconds": round(time.monotonic() - t0, 1),
@@ -183,15 +184,18 @@ def _sweep_models(server, chosen: list[Spec], out: Path) -> None:
         print(f"{s.name}: {len(space)} settings x {WINDOWS} windows in {doc['seconds']:.0f} s", flush=True)
 
 
-def _window(run: llmtune.LlmRun, values: tuple[str, ...]) -> dict:
-    """One window of a setting: its requests as [ended (s), TTFT (ms), TPOT (ms)], or the load's error."""
+def _window(run: llmtune.LlmRun, values: tuple[str, ...], min_requests: int) -> dict:
+    """One window of a setting: its length (s) and requests as [ended (s), TTFT (ms), TPOT (ms)], or the load's
+    error."""
     try:
         run.load(values)
         with run.guard.interruptible():
-            done = streaming.collect(run.target, run.requests, CONCURRENCY, DURATION_S, WARMUP_S)
+            done, seconds = streaming.collect(run.target, run.requests, CONCURRENCY, DURATION_S, WARMUP_S,
+                                              min_requests)
     except PerfError as err:
         return {"error": err.message}
-    return {"requests": [[round(c.end_s, 4), round(c.ttft_ms, 2), None if c.tpot_ms is None else round(c.tpot_ms, 3)]
+    return {"seconds": round(seconds, 4),
+            "requests": [[round(c.end_s, 4), round(c.ttft_ms, 2), None if c.tpot_ms is None else round(c.tpot_ms, 3)]
                          for c in done]}
 
 
@@ -218,7 +222,8 @@ class Truth:
             raise PerfError(window["error"])
         done = [streaming.Completed(end, ttft, () if tpot is None else (tpot,)) for end, ttft, tpot in
                 window["requests"]]
-        return streaming.summarize(self.doc["concurrency"], done, self.doc["duration_s"], slo)
+        # truth swept before count windows: every window was `duration_s` long
+        return streaming.summarize(self.doc["concurrency"], done, window.get("seconds", self.doc["duration_s"]), slo)
 
     def goodputs(self, values: tuple[str, ...], slo: streaming.Slo) -> list[float]:
         return [self.result(w, slo).goodput for w in self.windows[values] if "error" not in w]
@@ -352,7 +357,8 @@ def live(root: Path, part: str = "all") -> list[dict]:
                 cmd = [str(exe), "tune", doc["model"], "--url", f"127.0.0.1:{server.grpc_port}", "--protocol",
                        "grpc", "--objective", "goodput", "--max-ttft", f"{slo.max_ttft_ms:g}ms", "--max-itl",
                        f"{slo.max_itl_ms:g}ms", "--concurrency", str(CONCURRENCY), "--duration",
-                       f"{DURATION_S:g}s", "--warmup", f"{WARMUP_S:g}s", "--prompt-tokens",
+                       f"{DURATION_S:g}s", "--min-requests", str(doc.get("min_requests", 0)), "--warmup",
+                       f"{WARMUP_S:g}s", "--prompt-tokens",
                        str(doc["prompt_tokens"]), "--output-tokens", str(doc["output_tokens"]), *params,
                        "--instances", ",".join(map(str, INSTANCES)), "-o", "json"]
                 t0 = time.monotonic()
@@ -391,13 +397,15 @@ def main() -> None:
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--seeds", type=int, default=0, help="replay: shuffled window orders besides the recorded one")
     ap.add_argument("--exhaustive", action="store_true", help="replay `tune --exhaustive` instead of the search")
+    ap.add_argument("--min-requests", type=int, default=0,
+                    help="sweep: count windows, each at least DURATION_S and until this many requests ended in it")
     a = ap.parse_args()
     if a.what == "list":
         for s in specs():
             print(f"{s.name:16} {s.doc}")
         return
     if a.what == "sweep":
-        sweep([n for n in a.models.split(",") if n], a.truth)
+        sweep([n for n in a.models.split(",") if n], a.truth, a.min_requests)
         return
     rows = run_replay(a.truth, a.seeds, a.exhaustive, a.set) if a.what == "replay" else live(a.truth, a.set)
     report(rows)

@@ -21,9 +21,12 @@ SHARED = REPO.parent / "shared"
 
 @pytest.fixture(autouse=True)
 def _sigint_handler_left_as_found(request):
-    """Every test leaves Ctrl-C handled as it found it (a handler left behind swallows a later test's Ctrl-C and
-    that test, not this one, would fail): restored, and this test reported."""
+    """Every test begins with Ctrl-C raising KeyboardInterrupt and leaves it so (a handler left behind swallows a
+    later test's Ctrl-C and that test would fail without a word on the handler): restored, and reported."""
     before = signal.getsignal(signal.SIGINT)
+    if before is not signal.default_int_handler:  # left by a fixture, or by the teardown of an earlier test
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        pytest.fail(f"SIGINT was handled by {before!r} when {request.node.nodeid} began (restored to Python's own)")
     yield
     after = signal.getsignal(signal.SIGINT)
     if after is not before:

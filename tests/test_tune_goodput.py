@@ -402,6 +402,7 @@ def test_goodput_that_no_setting_meets_exits_1_with_the_closest(run_cli, llm_ser
     (("--objective", "goodput", "--max-ttft", "1s"), "streams tokens over gRPC"),
     (("--objective", "goodput", "--protocol", "grpc"), "needs --max-ttft and/or --max-itl"),
     (("--max-ttft", "1s"), "belong to --objective goodput"),
+    (("--min-requests", "50"), "belong to --objective goodput"),
     (("--objective", "goodput", "--protocol", "grpc", "--max-itl", "1s", "--param", "max_num_seqs"),
      "expected NAME=VALUE"),
 ])
@@ -409,6 +410,33 @@ def test_goodput_usage_errors(run_cli, llm_server, args, message):
     url = grpc(llm_server) if "grpc" in args else llm_server.http_url
     res = run_cli("tune", "llm", "--url", url, *args)
     assert res.exit_code == 2 and message in res.stderr and "Traceback" not in res.stderr
+
+
+def test_a_count_window_lasts_until_its_requests_have_ended(run_cli, llm_server):
+    """--min-requests: each window goes on past --duration until that many requests ended inside it; goodput and
+    the other rates are per second of the window actually measured."""
+    res = run_cli("tune", "llm", "--url", grpc(llm_server), *GOODPUT[:6], "--duration", "0.4s", "--min-requests",
+                  "30", "--warmup", "0.3s", "--prompt-tokens", "128", "--output-tokens", "32", "--max-ttft", "10s",
+                  "--param", "max_num_seqs=8", "--instances", "1", "--exhaustive", "-o", "json")
+    assert res.exit_code == 0, res.stderr
+    trials = json.loads(res.stdout)["trials"]
+    # 16 clients of 32-token requests at TPOT 15-20 ms: one ends every ~50 ms, 30 take well over 0.4 s
+    assert trials and all(t["requests"] >= 30 and t["window_s"] > 0.6 for t in trials), trials
+    assert all(t["requests_per_s"] == pytest.approx(t["requests"] / t["window_s"], rel=0.01) for t in trials)
+
+    # a window that cannot fill ends at ten times --duration with what it holds
+    from kubectl_triton.perf.target import GrpcTarget
+
+    target = GrpcTarget(grpc(llm_server), "llm")
+    try:
+        reqs = streaming.llm_requests(target.config(), 16, 4)
+        done, seconds = streaming.collect(target, reqs, 2, 0.1, 0.1, min_requests=1_000_000)
+        assert 1.0 <= seconds < 1.5 and 0 < len(done) < 1_000_000
+        assert all(0 <= c.end_s <= seconds for c in done)
+        done, seconds = streaming.collect(target, reqs, 2, 0.3, 0.1)  # no count: --duration alone
+        assert 0.3 <= seconds < 0.4
+    finally:
+        target.close()
 
 
 def test_goodput_on_a_model_that_does_not_stream(run_cli, tmp_path):

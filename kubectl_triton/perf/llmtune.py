@@ -434,8 +434,9 @@ class LlmRun:
     again. Use inside `guard()`: loads are shielded from Ctrl-C, measurements are not."""
 
     def __init__(self, target, requests: list[list[Tensor]], concurrency: int, duration_s: float, warmup_s: float,
-                 slo: Slo, original: dict, knobs: list[Knob], model_json: dict | None, g: Guard) -> None:
-        self.target, self.requests, self.concurrency = target, requests, concurrency
+                 slo: Slo, original: dict, knobs: list[Knob], model_json: dict | None, g: Guard,
+                 min_requests: int = 0) -> None:
+        self.target, self.requests, self.concurrency, self.min_requests = target, requests, concurrency, min_requests
         self.duration_s, self.warmup_s, self.slo, self.original = duration_s, warmup_s, slo, original
         self.knobs, self.model_json, self.guard = knobs, model_json, g
         # a served value not known is loaded explicitly, so the baseline is what its name says
@@ -447,7 +448,7 @@ class LlmRun:
         self.load(values)
         with self.guard.interruptible():
             return run_stream_level(self.target, self.requests, self.concurrency, self.duration_s, self.warmup_s,
-                                    self.slo)
+                                    self.slo, self.min_requests)
 
     def load(self, values: tuple[str, ...]) -> None:
         """Load the setting `values` unless it is the one loaded."""
@@ -477,11 +478,13 @@ class LlmRun:
 
 def tune_goodput(target, requests: list[list[Tensor]], concurrency: int, duration_s: float, knobs: list[Knob],
                  slo: Slo, budget: Budget, *, warmup_s: float, original: dict, model_json: dict | None,
-                 exhaustive: bool = False, on_trial: Callable[[Trial], None] | None = None) -> GoodputSearch:
+                 exhaustive: bool = False, on_trial: Callable[[Trial], None] | None = None,
+                 min_requests: int = 0) -> GoodputSearch:
     """Search (or measure every setting of) the knobs on a served model from its served setting; the original
     configuration is loaded again at the end, also after a failure or Ctrl-C."""
     with guard() as g:
-        run = LlmRun(target, requests, concurrency, duration_s, warmup_s, slo, original, knobs, model_json, g)
+        run = LlmRun(target, requests, concurrency, duration_s, warmup_s, slo, original, knobs, model_json, g,
+                     min_requests)
         search = GoodputSearch(knobs, run.measure, budget, on_trial, concurrency)
         start = served_values(original, knobs, model_json)
         try:

@@ -23,6 +23,7 @@ from kubectl_triton.perf.inputs import Tensor, encode
 from kubectl_triton.perf.loadgen import percentile, relative_error
 
 WORDS = ("triton", "serves", "models", "on", "kubernetes", "with", "flux", "and", "git")
+MAX_WINDOWS_LONGER = 10  # a count window (min_requests) ends at the latest this many times --duration on
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,7 @@ class StreamResult:
     goodput: float  # good requests per second
     good_fraction: float
     noise: float | None  # relative standard error of the goodput, from the window's five fifths
+    window_s: float = 0.0  # the window's length: --duration, or longer to hold --min-requests
 
     def to_dict(self) -> dict:
         return {k: (round(v, 3) if isinstance(v, float) else v) for k, v in asdict(self).items()}
@@ -88,7 +90,7 @@ def summarize(concurrency: int, done: list[Completed], window_s: float, slo: Slo
                         percentile(ttft, 50), percentile(ttft, 99), percentile(gaps, 50), percentile(gaps, 99),
                         percentile(tpot, 50), percentile(tpot, 99), len(good) * per_s,
                         len(good) / len(done) if done else 0.0,
-                        relative_error([c.end_s for c in good], window_s))
+                        relative_error([c.end_s for c in good], window_s), window_s)
 
 
 # -- requests ----------------------------------------------------------------------------------------------
@@ -201,18 +203,21 @@ def _request_messages(target: Any, requests: list[list[Tensor]]) -> list[Any]:
 
 
 def run_stream_level(target: Any, requests: list[list[Tensor]], concurrency: int, duration_s: float,
-                     warmup_s: float, slo: Slo) -> StreamResult:
+                     warmup_s: float, slo: Slo, min_requests: int = 0) -> StreamResult:
     """Run one level of streamed requests (target: a GrpcTarget) and measure it against `slo` (see `collect`)."""
-    return summarize(concurrency, collect(target, requests, concurrency, duration_s, warmup_s), duration_s, slo)
+    done, window_s = collect(target, requests, concurrency, duration_s, warmup_s, min_requests)
+    return summarize(concurrency, done, window_s, slo)
 
 
 def collect(target: Any, requests: list[list[Tensor]], concurrency: int, duration_s: float,
-            warmup_s: float) -> list[Completed]:
-    """Run one level of streamed requests (target: a GrpcTarget): the requests that ended in its window. The
-    window opens after the warm-up and once every worker has finished a request (a closed loop of long requests is
-    not in its steady state before: the first requests meet an empty queue), but at most `duration_s` after the
-    warm-up; requests that end inside it count. The first worker error stops the level and raises PerfError;
-    Ctrl-C stops every worker and cancels every stream."""
+            warmup_s: float, min_requests: int = 0) -> tuple[list[Completed], float]:
+    """Run one level of streamed requests (target: a GrpcTarget): the requests that ended in its window, and the
+    window's length in seconds. The window opens after the warm-up and once every worker has finished a request (a
+    closed loop of long requests is not in its steady state before: the first requests meet an empty queue), but
+    at most `duration_s` after the warm-up. It lasts `duration_s`, and longer until `min_requests` requests have
+    ended inside it (perf_analyzer's count windows), up to MAX_WINDOWS_LONGER times `duration_s`; requests that end
+    inside it count. The first worker error stops the level and raises PerfError; Ctrl-C stops every worker and
+    cancels every stream."""
     import grpc
 
     msgs = _request_messages(target, requests)
@@ -262,8 +267,12 @@ def collect(target: Any, requests: list[list[Tensor]], concurrency: int, duratio
             if stop.is_set() or not first.acquire(timeout=max(0.0, cap - time.perf_counter())):
                 break
         start = time.perf_counter()
-        end = start + duration_s
         stop.wait(duration_s)
+        last = start + MAX_WINDOWS_LONGER * duration_s
+        while (not stop.is_set() and time.perf_counter() < last
+               and sum(t >= start for worker in ended for t, _, _ in worker) < min_requests):
+            stop.wait(0.02)
+        end = time.perf_counter()
     finally:
         stop.set()
         for s in streams:
@@ -277,6 +286,6 @@ def collect(target: Any, requests: list[list[Tensor]], concurrency: int, duratio
         raise err if isinstance(err, PerfError) else PerfError(f"stream load generator: {err}")
     finished = [Completed(t - start, ttft, gaps) for worker in ended for t, ttft, gaps in worker if start <= t <= end]
     if not finished:
-        raise PerfError(f"no streamed request ended within {duration_s:g} s at concurrency {concurrency}",
+        raise PerfError(f"no streamed request ended within {end - start:.3g} s at concurrency {concurrency}",
                         hint="raise --duration (a window must hold several whole requests)")
-    return finished
+    return finished, end - start

@@ -109,7 +109,8 @@ def write_setting(folder: Path, knobs, values: tuple[str, ...], lines: list[str]
 
 
 def run(*, model: str, url: str | None, cluster, pod: str | None, protocol: str, fmt: str, concurrency: int,
-        duration: float, warmup_s: float, max_ttft: float | None, max_itl: float | None, prompt_tokens: int,
+        duration: float, min_requests: int, warmup_s: float, max_ttft: float | None, max_itl: float | None,
+        prompt_tokens: int,
         output_tokens: int, params: tuple[str, ...], instances: list[int] | None, max_trials: int | None,
         budget: float | None, exhaustive: bool, write: bool, repo_root: str | None, repo_model: str | None) -> None:
     from kubectl_triton.perf import llmtune, streaming
@@ -147,8 +148,9 @@ def run(*, model: str, url: str | None, cluster, pod: str | None, protocol: str,
             Budget(max_trials, budget)
         if progress:
             click.echo(f"tune {model} at {where.description}: {size} settings of "
-                       f"{', '.join(k.name for k in knobs)}, {duration:g}s each at concurrency {concurrency}, "
-                       "objective goodput", err=True)
+                       f"{', '.join(k.name for k in knobs)}, {duration:g}s each"
+                       f"{f' (or until {min_requests} requests)' if min_requests else ''} at concurrency "
+                       f"{concurrency}, objective goodput", err=True)
 
         def show(t: llmtune.Trial) -> None:
             if progress:
@@ -159,7 +161,7 @@ def run(*, model: str, url: str | None, cluster, pod: str | None, protocol: str,
 
         found = llmtune.tune_goodput(where.target, requests, concurrency, duration, knobs, slo, limit,
                                      warmup_s=warmup_s, original=original, model_json=model_json,
-                                     exhaustive=exhaustive, on_trial=show)
+                                     exhaustive=exhaustive, on_trial=show, min_requests=min_requests)
     failure: PerfError | None = None
     try:
         best: tuple[str, ...] | None = llmtune.choose(found, slo)

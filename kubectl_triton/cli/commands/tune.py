@@ -161,6 +161,9 @@ def _preferred(values: tuple[str, ...]) -> list[list[int] | None]:
               help="Goodput: prompt length of each request, in words (about a token each).")
 @click.option("--output-tokens", type=click.IntRange(1, 1 << 20), default=64, show_default=True,
               help="Goodput: tokens each request asks for.")
+@click.option("--min-requests", type=click.IntRange(0, 1 << 20), default=0, show_default=True,
+              help="Goodput: a window lasts --duration, and longer until this many requests have ended in it (at "
+                   "most 10 times --duration); 0: --duration alone.")
 @click.option("--param", "params", multiple=True, metavar="NAME=V1,V2",
               help="Goodput: a knob to search and its values (a config parameter; a model.json key for vLLM), "
                    "replacing the backend's default values. Repeatable.")
@@ -201,7 +204,7 @@ def _preferred(values: tuple[str, ...]) -> list[list[int] | None]:
 def command(ctx: click.Context, model: str, url: str | None, kubeconfig: str | None, kube_context: str | None,
             namespace: str | None, pod: str | None, protocol: str, input_data: str | None, output: str | None,
             allow_production: bool, objective: str | None, max_p99: float | None, max_ttft: float | None,
-            max_itl: float | None, prompt_tokens: int, output_tokens: int, params: tuple[str, ...],
+            max_itl: float | None, prompt_tokens: int, output_tokens: int, min_requests: int, params: tuple[str, ...],
             budget: float | None, max_trials: int | None, exhaustive: bool, stability: float, concurrency: int,
             duration: float, warmup: float | None, max_instances: int, instances: list[int] | None, delays: list[int],
             preferred: tuple[str, ...], allow_max_batch_size: bool, max_batch_sizes: list[int], write: bool,
@@ -234,8 +237,8 @@ def command(ctx: click.Context, model: str, url: str | None, kubeconfig: str | N
 
     fmt = output_format(ctx, output, MEASURE_FORMATS)
     cluster = cluster_args(ctx, kubeconfig, kube_context, namespace)
-    if objective != "goodput" and (max_ttft is not None or max_itl is not None or params):
-        raise click.UsageError("--max-ttft, --max-itl and --param belong to --objective goodput")
+    if objective != "goodput" and (max_ttft is not None or max_itl is not None or params or min_requests):
+        raise click.UsageError("--max-ttft, --max-itl, --min-requests and --param belong to --objective goodput")
     if objective == "latency" and max_p99 is None:
         raise click.UsageError("--objective latency needs --max-p99 (e.g. --max-p99 50ms)")
     if objective == "throughput" and max_p99 is not None:
@@ -254,7 +257,8 @@ def command(ctx: click.Context, model: str, url: str | None, kubeconfig: str | N
         from kubectl_triton.cli.commands import _tune_goodput
 
         _tune_goodput.run(model=model, url=url, cluster=cluster, pod=pod, protocol=protocol, fmt=fmt,
-                          concurrency=concurrency, duration=duration, warmup_s=warmup_s, max_ttft=max_ttft,
+                          concurrency=concurrency, duration=duration, min_requests=min_requests, warmup_s=warmup_s,
+                          max_ttft=max_ttft,
                           max_itl=max_itl, prompt_tokens=prompt_tokens, output_tokens=output_tokens, params=params,
                           instances=instances, max_trials=max_trials, budget=budget, exhaustive=exhaustive,
                           write=write, repo_root=repo_root, repo_model=repo_model)
