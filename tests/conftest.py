@@ -19,14 +19,18 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
 
 
+# as the process began: Python's own handler, or SIG_IGN where a shell started the run in the background
+SESSION_SIGINT = signal.getsignal(signal.SIGINT)
+
+
 @pytest.fixture(autouse=True)
 def _sigint_handler_left_as_found(request):
-    """Every test begins with Ctrl-C raising KeyboardInterrupt and leaves it so (a handler left behind swallows a
-    later test's Ctrl-C and that test would fail without a word on the handler): restored, and reported."""
+    """Every test begins with Ctrl-C handled as the process began and leaves it so (a handler left behind swallows
+    a later test's Ctrl-C and that test would fail without a word on the handler): restored, and reported."""
     before = signal.getsignal(signal.SIGINT)
-    if before is not signal.default_int_handler:  # left by a fixture, or by the teardown of an earlier test
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        pytest.fail(f"SIGINT was handled by {before!r} when {request.node.nodeid} began (restored to Python's own)")
+    if before is not SESSION_SIGINT:  # left by a fixture, or by the teardown of an earlier test
+        signal.signal(signal.SIGINT, SESSION_SIGINT)
+        pytest.fail(f"SIGINT was handled by {before!r} when {request.node.nodeid} began (restored)")
     yield
     after = signal.getsignal(signal.SIGINT)
     if after is not before:

@@ -23,7 +23,7 @@ from kubectl_triton.perf.inputs import Tensor, encode
 from kubectl_triton.perf.loadgen import percentile, relative_error
 
 WORDS = ("triton", "serves", "models", "on", "kubernetes", "with", "flux", "and", "git")
-MAX_WINDOWS_LONGER = 10  # a count window (min_requests) ends at the latest this many times --duration on
+MAX_WINDOWS_LONGER = 10  # a count window (min_requests) is at most this many steps of --duration
 
 
 @dataclass(frozen=True)
@@ -214,10 +214,10 @@ def collect(target: Any, requests: list[list[Tensor]], concurrency: int, duratio
     """Run one level of streamed requests (target: a GrpcTarget): the requests that ended in its window, and the
     window's length in seconds. The window opens after the warm-up and once every worker has finished a request (a
     closed loop of long requests is not in its steady state before: the first requests meet an empty queue), but
-    at most `duration_s` after the warm-up. It lasts `duration_s`, and longer until `min_requests` requests have
-    ended inside it (perf_analyzer's count windows), up to MAX_WINDOWS_LONGER times `duration_s`; requests that end
-    inside it count. The first worker error stops the level and raises PerfError; Ctrl-C stops every worker and
-    cancels every stream."""
+    at most `duration_s` after the warm-up. It lasts `duration_s`, and by further steps of `duration_s` until
+    `min_requests` requests have ended inside it, up to MAX_WINDOWS_LONGER steps (as perf_analyzer's count windows
+    grow by whole steps); requests that end inside it count. The first worker error stops the level and raises
+    PerfError; Ctrl-C stops every worker and cancels every stream."""
     import grpc
 
     msgs = _request_messages(target, requests)
@@ -267,12 +267,14 @@ def collect(target: Any, requests: list[list[Tensor]], concurrency: int, duratio
             if stop.is_set() or not first.acquire(timeout=max(0.0, cap - time.perf_counter())):
                 break
         start = time.perf_counter()
+        end = start + duration_s
         stop.wait(duration_s)
-        last = start + MAX_WINDOWS_LONGER * duration_s
-        while (not stop.is_set() and time.perf_counter() < last
-               and sum(t >= start for worker in ended for t, _, _ in worker) < min_requests):
-            stop.wait(0.02)
-        end = time.perf_counter()
+        # whole steps of duration_s: a window that ended on its N-th request would overstate the rate (requests
+        # of one length end in waves, one per batch of sequences)
+        while (end < start + MAX_WINDOWS_LONGER * duration_s - 1e-9 and not stop.is_set()
+               and sum(start <= t <= end for worker in ended for t, _, _ in worker) < min_requests):
+            end += duration_s
+            stop.wait(max(0.0, end - time.perf_counter()))
     finally:
         stop.set()
         for s in streams:
@@ -286,6 +288,6 @@ def collect(target: Any, requests: list[list[Tensor]], concurrency: int, duratio
         raise err if isinstance(err, PerfError) else PerfError(f"stream load generator: {err}")
     finished = [Completed(t - start, ttft, gaps) for worker in ended for t, ttft, gaps in worker if start <= t <= end]
     if not finished:
-        raise PerfError(f"no streamed request ended within {end - start:.3g} s at concurrency {concurrency}",
+        raise PerfError(f"no streamed request ended within {end - start:.1f} s at concurrency {concurrency}",
                         hint="raise --duration (a window must hold several whole requests)")
     return finished, end - start

@@ -149,8 +149,8 @@ def run(*, model: str, url: str | None, cluster, pod: str | None, protocol: str,
         if progress:
             click.echo(f"tune {model} at {where.description}: {size} settings of "
                        f"{', '.join(k.name for k in knobs)}, {duration:g}s each"
-                       f"{f' (or until {min_requests} requests)' if min_requests else ''} at concurrency "
-                       f"{concurrency}, objective goodput", err=True)
+                       f"{f' (in steps of it until {min_requests} requests)' if min_requests else ''} at "
+                       f"concurrency {concurrency}, objective goodput", err=True)
 
         def show(t: llmtune.Trial) -> None:
             if progress:

@@ -162,8 +162,8 @@ def _preferred(values: tuple[str, ...]) -> list[list[int] | None]:
 @click.option("--output-tokens", type=click.IntRange(1, 1 << 20), default=64, show_default=True,
               help="Goodput: tokens each request asks for.")
 @click.option("--min-requests", type=click.IntRange(0, 1 << 20), default=0, show_default=True,
-              help="Goodput: a window lasts --duration, and longer until this many requests have ended in it (at "
-                   "most 10 times --duration); 0: --duration alone.")
+              help="Goodput: a window lasts --duration, and grows by steps of --duration until this many requests "
+                   "have ended in it (at most 10 steps); 0: --duration alone.")
 @click.option("--param", "params", multiple=True, metavar="NAME=V1,V2",
               help="Goodput: a knob to search and its values (a config parameter; a model.json key for vLLM), "
                    "replacing the backend's default values. Repeatable.")
