@@ -20,6 +20,7 @@ was scored once after that.
 Run:
     .venv/bin/python bench/llm_heldout.py sweep [--models NAME,...] [--min-requests N] [--truth DIR]
     .venv/bin/python bench/llm_heldout.py replay [--set first|second|third|all] [--seeds N] [--exhaustive] [--json FILE]
+                                                 [--truth DIR] [--targets-from DIR]
     .venv/bin/python bench/llm_heldout.py live [--set first|second|third|all] [--json FILE]
 """
 
@@ -301,13 +302,16 @@ def chosen_of(s: llmtune.GoodputSearch) -> tuple[str, ...] | None:
     return best if best is not None and s.figures[best].goodput > 0 else None
 
 
-def run_replay(root: Path, seeds: int = 0, exhaustive: bool = False, part: str = "all") -> list[dict]:
+def run_replay(root: Path, seeds: int = 0, exhaustive: bool = False, part: str = "all",
+               targets_from: Path | None = None) -> list[dict]:
     """One row per model and pair of targets: the recorded order's run and `seeds` shuffled orders besides
-    (`score`: their mean, `worst`: the lowest, `chosen`: the recorded order's)."""
+    (`score`: their mean, `worst`: the lowest, `chosen`: the recorded order's). `targets_from`: another truth
+    folder whose file of the same model gives the targets (two truths of one model compared at the same targets)."""
     rows = []
     for doc in load_truth(root, part):
         truth = Truth(doc)
-        for label, slo in targets(doc).items():
+        source = doc if targets_from is None else json.loads((targets_from / f"{doc['model']}.json").read_text())
+        for label, slo in targets(source).items():
             runs = [replay(truth, slo, seed, exhaustive) for seed in [None, *range(seeds)]]
             picks = [chosen_of(s) for s in runs]
             scores = [truth.score(p, slo) for p in picks]
@@ -318,7 +322,9 @@ def run_replay(root: Path, seeds: int = 0, exhaustive: bool = False, part: str =
                          "score": round(statistics.mean(scores), 3), "worst": round(min(scores), 3),
                          "tie": round(statistics.mean(truth.tie(p, slo) for p in picks), 3),
                          "exists": top > 0, "chosen": _describe(truth, picks[0]),
-                         "best": _describe(truth, best) if top > 0 else None, "best_goodput": round(top, 2)})
+                         "best": _describe(truth, best) if top > 0 else None, "best_goodput": round(top, 2),
+                         "best_spread": round(max(abs(g - top) for g in truth.goodputs(best, slo)) / top, 3)
+                         if top > 0 else None})
     return rows
 
 
@@ -340,6 +346,9 @@ def report(rows: list[dict]) -> None:
               f"{len(below)}, of which {sum(r['tie'] for r in below):.1f} chose a setting the truth cannot tell from "
               f"the best (within two standard errors), most measured {max(r['measured'] for r in rows)} settings "
               f"({max(r['trials'] for r in rows)} measurements)")
+        spread = [r["best_spread"] for r in rows if r.get("best_spread") is not None]
+        print(f"the best setting's windows lie a median {statistics.median(spread):.0%} (at most {max(spread):.0%}) "
+              "from their mean")
 
 
 # -- live -----------------------------------------------------------------------------------------------------
@@ -397,6 +406,8 @@ def main() -> None:
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--seeds", type=int, default=0, help="replay: shuffled window orders besides the recorded one")
     ap.add_argument("--exhaustive", action="store_true", help="replay `tune --exhaustive` instead of the search")
+    ap.add_argument("--targets-from", type=Path, default=None,
+                    help="replay: the targets of another truth folder's file of each model")
     ap.add_argument("--min-requests", type=int, default=0,
                     help="sweep: count windows, each at least DURATION_S and until this many requests ended in it")
     a = ap.parse_args()
@@ -407,7 +418,8 @@ def main() -> None:
     if a.what == "sweep":
         sweep([n for n in a.models.split(",") if n], a.truth, a.min_requests)
         return
-    rows = run_replay(a.truth, a.seeds, a.exhaustive, a.set) if a.what == "replay" else live(a.truth, a.set)
+    rows = run_replay(a.truth, a.seeds, a.exhaustive, a.set, a.targets_from) if a.what == "replay" else \
+        live(a.truth, a.set)
     report(rows)
     if a.json:
         a.json.write_text(json.dumps(rows, indent=1) + "\n")

@@ -72,3 +72,26 @@ def test_the_committed_exhaustive_replay_is_what_tune_exhaustive_gives(heldout):
     moved = [(r["model"], r["targets"], r["chosen"], committed[r["model"], r["targets"]]["chosen"])
              for r in rows if r["chosen"] != committed[r["model"], r["targets"]]["chosen"]]
     assert not moved, moved
+
+
+def test_the_count_window_truth_and_its_committed_replay(heldout):
+    """count40/ (swept with `--min-requests 40`): every window holds 40 requests or ran its ten steps of 2 s, its
+    goodput is per second of its own length, and the committed replay (at the 2 s truth's targets) is what the
+    goodput search gives."""
+    docs = heldout.load_truth(RESULTS / "count40")
+    assert {d["model"] for d in docs} == {"llm-step3", "llm-attention3", "llm-kv3", "llm-mixed3"}
+    for doc in docs:
+        assert doc["min_requests"] == 40 and len(doc["settings"]) == 40
+        for row in doc["settings"]:
+            for w in (w for w in row["windows"] if "error" not in w):
+                steps = w["seconds"] / doc["duration_s"]
+                assert steps == pytest.approx(round(steps), abs=1e-3) and 1 <= round(steps) <= 10
+                assert len(w["requests"]) >= 40 or round(steps) == 10
+        window = doc["settings"][0]["windows"][0]
+        assert heldout.Truth(doc).result(window, streaming.Slo()).goodput == pytest.approx(
+            len(window["requests"]) / window["seconds"])
+    committed = {(r["model"], r["targets"]): r
+                 for r in json.loads((RESULTS / "count40" / "replay-seeds30.json").read_text())}
+    rows = heldout.run_replay(RESULTS / "count40", targets_from=RESULTS)
+    assert len(rows) == len(committed) == 8
+    assert [r["chosen"] for r in rows] == [committed[r["model"], r["targets"]]["chosen"] for r in rows]
