@@ -6,7 +6,8 @@ share) drawn from seven cost shapes with a fixed seed, in three sets (`specs`). 
 tests' model and on the GPU runs (bench/results/h100-gpt2-goodput-*); the first set was scored against it and then
 changed it (the screen of docs/bench-tune.md, "Held-out LLMs"); the second set, drawn and swept before that change,
 was scored once after it; the third, drawn and swept after the first two chose the screen's admitting sequences,
-was scored once after that.
+was scored once after that; the fourth, drawn and swept (with count windows) before the search was changed in view of
+the third set's count-window figures, was scored once after that change.
 
     sweep     (the models without a truth file, or --models) every setting of the space (max_num_seqs 2..32, chunked
               context, scheduler policy, 1 or 2 instances: 40) measured in WINDOWS windows on a real tritonserver,
@@ -14,14 +15,18 @@ was scored once after that.
     replay    the goodput search on the cached truth, every model at two pairs of targets (`targets`): a measurement
               returns the setting's next recorded window, its goodput counted at the run's targets (--exhaustive:
               `tune --exhaustive` instead, every setting once and the winner again)
+    cross     the search and `tune --exhaustive` each choose from one recorded window of every setting, and their
+              choices are scored on the other window (each window in turn): a choice scored on the windows it was
+              made from is as lucky as they were, and so is a best setting read from two windows
     live      `kubectl triton tune --objective goodput` as a user runs it (subprocess, -o json), scored against the
               cached truth
 
 Run:
     .venv/bin/python bench/llm_heldout.py sweep [--models NAME,...] [--min-requests N] [--truth DIR]
-    .venv/bin/python bench/llm_heldout.py replay [--set first|second|third|all] [--seeds N] [--exhaustive] [--json FILE]
-                                                 [--truth DIR] [--targets-from DIR]
-    .venv/bin/python bench/llm_heldout.py live [--set first|second|third|all] [--json FILE]
+    .venv/bin/python bench/llm_heldout.py replay [--set first|second|third|fourth|all] [--seeds N] [--exhaustive]
+                                                 [--json FILE] [--truth DIR] [--targets-from DIR]
+    .venv/bin/python bench/llm_heldout.py cross [--set ...] [--json FILE] [--truth DIR] [--targets-from DIR]
+    .venv/bin/python bench/llm_heldout.py live [--set first|second|third|fourth|all] [--json FILE]
 """
 
 from __future__ import annotations
@@ -66,7 +71,7 @@ INSTANCES = [1, 2]
 class Spec:
     name: str
     shape: str
-    part: str  # the set: `first`, `second`, `third`
+    part: str  # the set: `first`, `second`, `third`, `fourth`
     doc: str
     costs: dict
     prompt_tokens: int
@@ -104,12 +109,13 @@ SHAPES = ("step", "decode", "prefill", "attention", "kv", "light", "mixed")
 
 
 def specs() -> list[Spec]:
-    """Three held-out sets, one draw of each shape each: `first`; `second`, drawn and swept before the search was
+    """Four held-out sets, one draw of each shape each: `first`; `second`, drawn and swept before the search was
     changed in view of the first set's figures, and scored once after that change; `third`, drawn and swept
-    before the search was changed in view of the second set's figures."""
+    before the search was changed in view of the second set's figures; `fourth`, drawn and swept before the search
+    was changed in view of the third set's count-window figures."""
     rng = random.Random(SEED)
     out = []
-    for k, part in enumerate(("first", "second", "third")):
+    for k, part in enumerate(("first", "second", "third", "fourth")):
         for shape in SHAPES:
             costs, prompt, output = _draw(shape, rng)
             doc = (f"{shape}: step {costs['step_ms']:g} ms + {costs['prefill_ms']:g} ms/prompt token + "
@@ -297,6 +303,70 @@ def replay(truth: Truth, slo: streaming.Slo, seed: int | None = None,
     return s
 
 
+def cross(truth: Truth, slo: streaming.Slo, window: int, exhaustive: bool = False) -> tuple[str, ...] | None:
+    """The setting the search (or `tune --exhaustive`) chooses from one recorded window of each setting (`window`; a
+    setting measured again returns that window again), to be scored on the other windows: a choice scored on the
+    windows it was made from is as lucky as they were."""
+    def measure(values: tuple[str, ...]) -> streaming.StreamResult:
+        return truth.result(truth.windows[values][window], slo)
+
+    budget = search.Budget() if exhaustive else search.share_budget(len(truth.windows))
+    s = llmtune.GoodputSearch(truth.knobs, measure, budget, concurrency=truth.doc["concurrency"])
+    served = tuple(truth.doc["served"])
+    s.exhaustive(served) if exhaustive else s.run(served)
+    return chosen_of(s)
+
+
+def run_cross(root: Path, part: str = "all", targets_from: Path | None = None) -> list[dict]:
+    """One row per model and pair of targets: the search and `tune --exhaustive` choose from one window of each
+    setting and are scored on the other (every window in turn); `search`, `exhaustive`: the good requests per second
+    their choices served in the windows they did not see, summed over the turns, `best`: the same sum for the best
+    setting of each unseen window (its winner's luck included), `ratio`: search over exhaustive (None when only the
+    search served a good request)."""
+    rows = []
+    for doc in load_truth(root, part):
+        truth = Truth(doc)
+        source = doc if targets_from is None else json.loads((targets_from / f"{doc['model']}.json").read_text())
+        for label, slo in targets(source).items():
+            seen = {v: [truth.result(w, slo).goodput if "error" not in w else 0.0 for w in ws]
+                    for v, ws in truth.windows.items()}
+            total = {"search": 0.0, "exhaustive": 0.0, "best": 0.0}
+            picks: dict[str, list] = {"search": [], "exhaustive": []}
+            for a in range(WINDOWS):
+                held = {v: statistics.mean(g for b, g in enumerate(gs) if b != a) for v, gs in seen.items()}
+                for how in ("search", "exhaustive"):
+                    pick = cross(truth, slo, a, how == "exhaustive")
+                    picks[how].append(_describe(truth, pick))
+                    total[how] += 0.0 if pick is None else held[pick]
+                total["best"] += max(held.values())
+            s, e, b = total["search"], total["exhaustive"], total["best"]
+            rows.append({"model": doc["model"], "part": doc["part"], "targets": label,
+                         "max_ttft_ms": slo.max_ttft_ms, "max_itl_ms": slo.max_itl_ms,
+                         "ratio": round(s / e, 3) if e else (1.0 if s == 0 else None),
+                         "search_of_best": round(s / b, 3) if b else 1.0,
+                         "exhaustive_of_best": round(e / b, 3) if b else 1.0,
+                         "search": round(s / WINDOWS, 3), "exhaustive": round(e / WINDOWS, 3),
+                         "best": round(b / WINDOWS, 3), "chosen": picks["search"],
+                         "exhaustive_chosen": picks["exhaustive"]})
+    return rows
+
+
+def report_cross(rows: list[dict]) -> None:
+    print(f"{'model':16}{'targets':>8}{'ttft':>8}{'tpot':>7}{'search/exh':>11}{'search/best':>12}{'exh/best':>9}")
+    for r in rows:
+        ratio = f"{r['ratio']:.0%}" if r["ratio"] is not None else "only it"
+        print(f"{r['model']:16}{r['targets']:>8}{r['max_ttft_ms']:>8g}{r['max_itl_ms']:>7g}{ratio:>11}"
+              f"{r['search_of_best']:>12.0%}{r['exhaustive_of_best']:>9.0%}")
+    ratios = [r["ratio"] for r in rows if r["ratio"] is not None]
+    below = [x for x in ratios if x < 0.95]
+    pooled = sum(r["search"] for r in rows) / max(sum(r["exhaustive"] for r in rows), 1e-9)
+    of_best = {k: statistics.mean(r[f"{k}_of_best"] for r in rows) for k in ("search", "exhaustive")}
+    print(f"{len(rows)} runs, each choice scored on the window it did not see: the search's choices served "
+          f"{pooled:.1%} of the good requests --exhaustive's did (per run: mean {statistics.mean(ratios):.1%}, "
+          f"min {min(ratios):.1%}, below 95%: {len(below)}); of the unseen windows' best: search "
+          f"{of_best['search']:.1%}, --exhaustive {of_best['exhaustive']:.1%}")
+
+
 def chosen_of(s: llmtune.GoodputSearch) -> tuple[str, ...] | None:
     best = s.best()
     return best if best is not None and s.figures[best].goodput > 0 else None
@@ -399,9 +469,9 @@ def live(root: Path, part: str = "all") -> list[dict]:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("what", choices=("sweep", "replay", "live", "list"))
+    ap.add_argument("what", choices=("sweep", "replay", "cross", "live", "list"))
     ap.add_argument("--models", default="")
-    ap.add_argument("--set", default="all", choices=("first", "second", "third", "all"))
+    ap.add_argument("--set", default="all", choices=("first", "second", "third", "fourth", "all"))
     ap.add_argument("--truth", type=Path, default=TRUTH)
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--seeds", type=int, default=0, help="replay: shuffled window orders besides the recorded one")
@@ -418,9 +488,13 @@ def main() -> None:
     if a.what == "sweep":
         sweep([n for n in a.models.split(",") if n], a.truth, a.min_requests)
         return
-    rows = run_replay(a.truth, a.seeds, a.exhaustive, a.set, a.targets_from) if a.what == "replay" else \
-        live(a.truth, a.set)
-    report(rows)
+    if a.what == "cross":
+        rows = run_cross(a.truth, a.set, a.targets_from)
+        report_cross(rows)
+    else:
+        rows = run_replay(a.truth, a.seeds, a.exhaustive, a.set, a.targets_from) if a.what == "replay" else \
+            live(a.truth, a.set)
+        report(rows)
     if a.json:
         a.json.write_text(json.dumps(rows, indent=1) + "\n")
 

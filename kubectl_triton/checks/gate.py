@@ -33,13 +33,13 @@ from kubectl_triton.checks.manifests import (
     routes,
     security,
 )
-from kubectl_triton.checks.manifests.practices import parse_duration
 from kubectl_triton.checks.model.modelrepo import check_repository, load_repository
 from kubectl_triton.checks.model.triton import check_repository_with_triton
 from kubectl_triton.checks.registry import register
 from kubectl_triton.compat.repo_check import check_metadata, check_repo
 from kubectl_triton.errors import RenderError, TritonCtlError
 from kubectl_triton.formats import schemas, yamlio
+from kubectl_triton.formats.duration import parse_duration
 from kubectl_triton.gitops import assembly, inputs, repo, workloads
 from kubectl_triton.gitops.labels import INSTANCE_LABEL
 from kubectl_triton.gitops.layout import LAYOUT_FILE, ClusterProvides, LayoutError, read_cluster_provides
@@ -547,9 +547,9 @@ def _targets(root: Path, layout: Layout, findings: list[Finding]) -> list[Target
         build = flux_build(root, ks)
         target = add(path, build if build is not None and build.fields else None, ks.variables, ks.variables_known)
         target.kustomizations.append(ks)
-        timeout = parse_duration(spec.get("timeout") or spec.get("interval") or "")
-        if timeout:
-            target.flux_timeouts.append(timeout)
+        timeout = parse_duration(spec.get("timeout") or spec.get("interval") or "", bare_seconds=False)
+        if timeout and int(timeout):
+            target.flux_timeouts.append(int(timeout))
     # A folder that Flux Kustomizations apply is checked as they apply it: its plain build (overlay) only where
     # one applies it as it is.
     applied = {t.path for t in targets.values() if t.kustomizations}

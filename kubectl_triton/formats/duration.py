@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import re
+from decimal import Decimal
 
-_SCALE = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+_SCALE = {"ms": Decimal("0.001"), "s": Decimal(1), "m": Decimal(60), "h": Decimal(3600)}
 
 
 def parse_duration(text: str, *, bare_seconds: bool = True) -> float | None:
@@ -16,4 +17,9 @@ def parse_duration(text: str, *, bare_seconds: bool = True) -> float | None:
     parts = re.findall(r"(\d+(?:\.\d+)?)(ms|h|m|s)", text)
     if not parts or "".join(n + u for n, u in parts) != text:
         return None
-    return sum(float(n) * _SCALE[u] for n, u in parts)
+    return float(sum(Decimal(n) * _SCALE[u] for n, u in parts))  # decimal: `26ms` is 0.026, not 0.026000000000000002
+
+
+def milliseconds(seconds: float) -> float:
+    """`seconds` in milliseconds, to the microsecond: a target given as `1001ms` reads 1001, not 1000.9999999999999."""
+    return round(seconds * 1e3, 3)

@@ -4,8 +4,9 @@ override for vLLM) and measured with streamed requests (perf.streaming): goodput
 
 The search: from the served setting, one step along each knob whose values are numbers (sequences per step,
 instances, a memory share) — along the sequences, when that step is not ahead, the fewest sequences that admit every
-client (goodput can dip before it peaks there: no client queues for its first token) — and those that came out ahead
-together (how many sequences pay depends on how many instances serve them: one knob at a time misses the pair).
+client (goodput can dip before it peaks there: no client queues for its first token), and when neither is ahead the
+most sequences — and those that came out ahead together (how many sequences pay depends on how many instances serve
+them: one knob at a time misses the pair).
 Then the throughput search's coordinate descent from the best so far (step along one knob while the step is better
 by more than the noise; a step within noise but ahead is measured again; passes while one moved), then the
 unmeasured neighbours of the best (one knob, then two knobs away) while the budget lasts, one measurement kept to
@@ -305,7 +306,8 @@ class GoodputSearch:
     def screen(self, start: tuple[str, ...]) -> bool:
         """One step along each knob whose values are numbers (up, or down from the top); along the sequences knob,
         when that step is not ahead, the fewest sequences that admit every client (`_admitting`: more sequences a
-        step cost more than a shorter queue gains until no client queues for its first token). Then the values
+        step cost more than a shorter queue gains until no client queues for its first token), and when that is not
+        ahead either, the most sequences (a large fixed cost per step pays only in large batches). Then the values
         that came out ahead of `start` together. Returns whether the budget ran out."""
         ahead: dict[int, str] = {}
         for axis, knob in enumerate(self.knobs):
@@ -314,7 +316,9 @@ class GoodputSearch:
             i = knob.values.index(start[axis])
             step = start[:axis] + (knob.values[i + 1 if i + 1 < len(knob.values) else i - 1],) + start[axis + 1:]
             admit = self._admitting(axis, start)
-            for cand, why in ((step, "screen: one step"), (admit, "screen: every client admitted")):
+            far = start[:axis] + (knob.values[-1],) + start[axis + 1:] if knob.name in SEQUENCES else None
+            for cand, why in ((step, "screen: one step"), (admit, "screen: every client admitted"),
+                              (far, "screen: the most sequences")):
                 if cand is None or cand == start:
                     continue
                 if cand not in self.figures:

@@ -82,15 +82,6 @@ def parse_quantity(value: Any) -> float | None:
     return float(m[1]) * _UNITS.get(m[2], 1)
 
 
-def parse_duration(value: str) -> int | None:
-    """Go duration as Flux writes it (1h30m, 15m, 90s) -> seconds."""
-    parts = re.findall(r"(\d+(?:\.\d+)?)(h|m|s|ms)", str(value))
-    if not parts or "".join(n + u for n, u in parts) != str(value):
-        return None
-    scale = {"h": 3600, "m": 60, "s": 1, "ms": 0.001}
-    return int(sum(float(n) * scale[u] for n, u in parts))
-
-
 def _f(severity: Severity, code: str, message: str, source: str, obj: dict) -> Finding:
     return CHECKS[code].finding(message, path=source, object=object_id(obj), severity=severity)
 

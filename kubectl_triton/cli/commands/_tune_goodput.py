@@ -13,6 +13,7 @@ import click
 
 from kubectl_triton.cli.commands.tune import model_config_file, read_text
 from kubectl_triton.errors import InputError
+from kubectl_triton.formats.duration import milliseconds
 from kubectl_triton.output.document import dumps
 from kubectl_triton.output.table import table
 from kubectl_triton.perf import PerfError
@@ -124,8 +125,8 @@ def run(*, model: str, url: str | None, cluster, pod: str | None, protocol: str,
         raise click.UsageError("--objective goodput needs --max-ttft and/or --max-itl (e.g. --max-ttft 500ms "
                                "--max-itl 50ms)")
     # milliseconds as given: 0.026 s * 1e3 is 26.000000000000004
-    slo = streaming.Slo(None if max_ttft is None else round(max_ttft * 1e3, 6),
-                        None if max_itl is None else round(max_itl * 1e3, 6))
+    slo = streaming.Slo(None if max_ttft is None else milliseconds(max_ttft),
+                        None if max_itl is None else milliseconds(max_itl))
     wanted = parse_params(params)
     folder = _model_folder(model, repo_root, repo_model) if write else None  # a wrong --repo fails before the search
     if folder is not None:

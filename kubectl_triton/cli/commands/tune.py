@@ -25,6 +25,7 @@ from kubectl_triton.cli.options import (
     warmup_for,
 )
 from kubectl_triton.errors import InputError
+from kubectl_triton.formats.duration import milliseconds
 from kubectl_triton.output.document import dumps
 from kubectl_triton.output.table import table
 from kubectl_triton.perf import PerfError
@@ -263,7 +264,7 @@ def command(ctx: click.Context, model: str, url: str | None, kubeconfig: str | N
                           instances=instances, max_trials=max_trials, budget=budget, exhaustive=exhaustive,
                           write=write, repo_root=repo_root, repo_model=repo_model)
         return
-    goal = search.Objective(round(max_p99 * 1e3, 6) if max_p99 is not None else None)
+    goal = search.Objective(milliseconds(max_p99) if max_p99 is not None else None)
     counts = instances or list(range(1, max_instances + 1))
     progress = sys.stderr.isatty()
 
