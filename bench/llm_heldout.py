@@ -1,8 +1,8 @@
 """Held-out LLMs for `tune --objective goodput` (issue 27): generated decoder cost shapes, their exhaustive truth
 per request, and the goodput search scored against it at targets drawn from that truth.
 
-Twenty-one decoupled in-flight batching models (bench/llm_models.py's CPU engine: sleeps under a lock the instances
-share) drawn from seven cost shapes with a fixed seed, in three sets (`specs`). The goodput search was built on the
+Twenty-eight decoupled in-flight batching models (bench/llm_models.py's CPU engine: sleeps under a lock the instances
+share) drawn from seven cost shapes with a fixed seed, in four sets (`specs`). The goodput search was built on the
 tests' model and on the GPU runs (bench/results/h100-gpt2-goodput-*); the first set was scored against it and then
 changed it (the screen of docs/bench-tune.md, "Held-out LLMs"); the second set, drawn and swept before that change,
 was scored once after it; the third, drawn and swept after the first two chose the screen's admitting sequences,
@@ -209,7 +209,7 @@ def _window(run: llmtune.LlmRun, values: tuple[str, ...], min_requests: int) -> 
 # -- the truth ------------------------------------------------------------------------------------------------
 
 def load_truth(root: Path, part: str = "all") -> list[dict]:
-    """The truth files of the set `part` (all: both); each model's set is its spec's."""
+    """The truth files of the set `part` (all: every set) found under `root`; each model's set is its spec's."""
     return [{**json.loads((root / f"{s.name}.json").read_text()), "part": s.part} for s in specs()
             if (part == "all" or s.part == part) and (root / f"{s.name}.json").exists()]
 
@@ -306,7 +306,8 @@ def replay(truth: Truth, slo: streaming.Slo, seed: int | None = None,
 def cross(truth: Truth, slo: streaming.Slo, window: int, exhaustive: bool = False) -> tuple[str, ...] | None:
     """The setting the search (or `tune --exhaustive`) chooses from one recorded window of each setting (`window`; a
     setting measured again returns that window again), to be scored on the other windows: a choice scored on the
-    windows it was made from is as lucky as they were."""
+    windows it was made from is as lucky as they were. (Two figures of one window look steadier than two windows would:
+    a setting measured again settles its tie more readily than live.)"""
     def measure(values: tuple[str, ...]) -> streaming.StreamResult:
         return truth.result(truth.windows[values][window], slo)
 
@@ -321,12 +322,12 @@ def run_cross(root: Path, part: str = "all", targets_from: Path | None = None) -
     """One row per model and pair of targets: the search and `tune --exhaustive` choose from one window of each
     setting and are scored on the other (every window in turn); `search`, `exhaustive`: the good requests per second
     their choices served in the windows they did not see, summed over the turns, `best`: the same sum for the best
-    setting of each unseen window (its winner's luck included), `ratio`: search over exhaustive (None when only the
-    search served a good request)."""
+    setting of each unseen window (its winner's luck included), `ratio`: search over exhaustive (1.0 when neither
+    served a good request, None when only the search did). A window that failed to load counts 0 good requests."""
+    assert WINDOWS >= 2, "cross needs a window to choose from and one to score on"
     rows = []
-    for doc in load_truth(root, part):
+    for doc, source in _with_targets(root, part, targets_from):
         truth = Truth(doc)
-        source = doc if targets_from is None else json.loads((targets_from / f"{doc['model']}.json").read_text())
         for label, slo in targets(source).items():
             seen = {v: [truth.result(w, slo).goodput if "error" not in w else 0.0 for w in ws]
                     for v, ws in truth.windows.items()}
@@ -358,6 +359,9 @@ def report_cross(rows: list[dict]) -> None:
         print(f"{r['model']:16}{r['targets']:>8}{r['max_ttft_ms']:>8g}{r['max_itl_ms']:>7g}{ratio:>11}"
               f"{r['search_of_best']:>12.0%}{r['exhaustive_of_best']:>9.0%}")
     ratios = [r["ratio"] for r in rows if r["ratio"] is not None]
+    if not ratios:
+        print(f"{len(rows)} runs: none where --exhaustive's choice served a good request")
+        return
     below = [x for x in ratios if x < 0.95]
     pooled = sum(r["search"] for r in rows) / max(sum(r["exhaustive"] for r in rows), 1e-9)
     of_best = {k: statistics.mean(r[f"{k}_of_best"] for r in rows) for k in ("search", "exhaustive")}
@@ -378,9 +382,8 @@ def run_replay(root: Path, seeds: int = 0, exhaustive: bool = False, part: str =
     (`score`: their mean, `worst`: the lowest, `chosen`: the recorded order's). `targets_from`: another truth
     folder whose file of the same model gives the targets (two truths of one model compared at the same targets)."""
     rows = []
-    for doc in load_truth(root, part):
+    for doc, source in _with_targets(root, part, targets_from):
         truth = Truth(doc)
-        source = doc if targets_from is None else json.loads((targets_from / f"{doc['model']}.json").read_text())
         for label, slo in targets(source).items():
             runs = [replay(truth, slo, seed, exhaustive) for seed in [None, *range(seeds)]]
             picks = [chosen_of(s) for s in runs]
@@ -396,6 +399,18 @@ def run_replay(root: Path, seeds: int = 0, exhaustive: bool = False, part: str =
                          "best_spread": round(max(abs(g - top) for g in truth.goodputs(best, slo)) / top, 3)
                          if top > 0 else None})
     return rows
+
+
+def _with_targets(root: Path, part: str, targets_from: Path | None) -> Iterator[tuple[dict, dict]]:
+    """Each truth file of `part` with the truth its targets are drawn from: its own, or `targets_from`'s file of the
+    same model (a model without one there is left out, and said so on stderr)."""
+    for doc in load_truth(root, part):
+        if targets_from is None:
+            yield doc, doc
+        elif (targets_from / f"{doc['model']}.json").exists():
+            yield doc, json.loads((targets_from / f"{doc['model']}.json").read_text())
+        else:
+            print(f"{doc['model']}: no truth in {targets_from} to draw its targets from: left out", file=sys.stderr)
 
 
 def _describe(truth: Truth, values: tuple[str, ...] | None) -> str | None:

@@ -151,6 +151,9 @@ def test_a_version_folder_of_unicode_digits_is_no_version(tmp_path: Path):
      "TRTLLMImage"),
     (("clusters/production/models/text-embedder-a10g.yaml", "timeout: 15m", "timeout: 5m"),
      "ProgressDeadline"),
+    # a Go duration with milliseconds (600.5 s, not above the Deployment's 600 s deadline)
+    (("clusters/production/models/text-embedder-a10g.yaml", "timeout: 15m", "timeout: 10m0s500ms"),
+     "ProgressDeadline"),
     (("overlays/text-embedder/a10g/kustomization.yaml", "  - ../../gpus/a10g\n", ""), "GPULimitMissing"),
     (("clusters/production/models/image-classifier-l4.yaml", "    - name: platform\n",
       "    - name: platfrom\n"), "FluxDependencyMissing"),

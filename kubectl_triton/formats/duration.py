@@ -21,5 +21,5 @@ def parse_duration(text: str, *, bare_seconds: bool = True) -> float | None:
 
 
 def milliseconds(seconds: float) -> float:
-    """`seconds` in milliseconds, to the microsecond: a target given as `1001ms` reads 1001, not 1000.9999999999999."""
-    return round(seconds * 1e3, 3)
+    """`seconds` in milliseconds, to the nanosecond: a target given as `1001ms` reads 1001, not 1000.9999999999999."""
+    return round(seconds * 1e3, 6)
