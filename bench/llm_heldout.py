@@ -42,7 +42,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -296,6 +296,12 @@ def replay(truth: Truth, slo: streaming.Slo, seed: int | None = None,
         i = seen[values] = seen.get(values, -1) + 1
         return truth.result(order[values][i % len(ws)], slo)
 
+    return _searched(truth, measure, exhaustive)
+
+
+def _searched(truth: Truth, measure: Callable[[tuple[str, ...]], streaming.StreamResult],
+              exhaustive: bool) -> llmtune.GoodputSearch:
+    """The goodput search (or `tune --exhaustive`) from the served setting, with tune's default budget."""
     budget = search.Budget() if exhaustive else search.share_budget(len(truth.windows))
     s = llmtune.GoodputSearch(truth.knobs, measure, budget, concurrency=truth.doc["concurrency"])
     served = tuple(truth.doc["served"])
@@ -311,11 +317,7 @@ def cross(truth: Truth, slo: streaming.Slo, window: int, exhaustive: bool = Fals
     def measure(values: tuple[str, ...]) -> streaming.StreamResult:
         return truth.result(truth.windows[values][window], slo)
 
-    budget = search.Budget() if exhaustive else search.share_budget(len(truth.windows))
-    s = llmtune.GoodputSearch(truth.knobs, measure, budget, concurrency=truth.doc["concurrency"])
-    served = tuple(truth.doc["served"])
-    s.exhaustive(served) if exhaustive else s.run(served)
-    return chosen_of(s)
+    return chosen_of(_searched(truth, measure, exhaustive))
 
 
 def run_cross(root: Path, part: str = "all", targets_from: Path | None = None) -> list[dict]:

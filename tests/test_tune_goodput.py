@@ -184,6 +184,15 @@ def _by_instances(one: dict[str, float], two: dict[str, float]):
     return measure, ENGINE_KNOBS
 
 
+def _screened(one: dict[str, float], two: dict[str, float], concurrency: int | None = None):
+    """The search over ENGINE_KNOBS (`_by_instances(one, two)`) from 4 sequences on one instance: it and its trials
+    as (why, setting)."""
+    measure, knobs = _by_instances(one, two)
+    s = llmtune.GoodputSearch(knobs, measure, search.share_budget(40), concurrency=concurrency)  # 6 settings of 40
+    s.run(("4", "false", "guaranteed_no_evict", "1"))
+    return s, [(t.why, t.values) for t in s.trials]
+
+
 def test_the_steps_that_pay_are_tried_together_before_the_walk():
     """More sequences pay at one instance (0 -> 5 -> 6 good requests/s at 4, 8, 16), a second instance pays at 4
     (4/s), and 8 sequences on two instances pay most (12/s): one knob at a time, the walk climbs to 16 and 32
@@ -192,10 +201,7 @@ def test_the_steps_that_pay_are_tried_together_before_the_walk():
     from there."""
     one = {"2": 0.0, "4": 0.0, "8": 5.0, "16": 6.0, "32": 0.0}
     two = {"2": 1.0, "4": 4.0, "8": 12.0, "16": 7.0, "32": 0.0}
-    measure, knobs = _by_instances(one, two)
-    s = llmtune.GoodputSearch(knobs, measure, search.share_budget(40))  # 6 settings of 40
-    s.run(("4", "false", "guaranteed_no_evict", "1"))
-    steps = [(t.why, t.values) for t in s.trials]
+    s, steps = _screened(one, two)
     assert steps[:4] == [("served setting", ("4", "false", "guaranteed_no_evict", "1")),
                          ("screen: one step", ("8", "false", "guaranteed_no_evict", "1")),
                          ("screen: one step", ("4", "false", "guaranteed_no_evict", "2")),
@@ -212,16 +218,14 @@ def test_past_a_dip_the_sequences_that_admit_every_client():
     instead of the walk settling on two instances at 4."""
     one = {"2": 1.0, "4": 1.5, "8": 0.5, "16": 6.0, "32": 5.0}
     two = {"2": 3.0, "4": 4.75, "8": 0.0, "16": 0.0, "32": 0.0}
-    measure, knobs = _by_instances(one, two)
-    s = llmtune.GoodputSearch(knobs, measure, search.share_budget(40), concurrency=16)
-    s.run(("4", "false", "guaranteed_no_evict", "1"))
-    steps = [(t.why, t.values) for t in s.trials]
+    s, steps = _screened(one, two, concurrency=16)
     assert steps[1:3] == [("screen: one step", ("8", "false", "guaranteed_no_evict", "1")),
                           ("screen: every client admitted", ("16", "false", "guaranteed_no_evict", "1"))], steps
     assert llmtune.choose(s, streaming.Slo(200, 20)) == ("16", "false", "guaranteed_no_evict", "1"), steps
     assert "screen: the most sequences" not in [t.why for t in s.trials]  # the admitting sequences were ahead
     # with two instances served, 8 sequences each admit the 16 clients; with 64 clients no value does
     assert s._admitting(0, ("4", "false", "guaranteed_no_evict", "2")) == ("8", "false", "guaranteed_no_evict", "2")
+    measure, knobs = _by_instances(one, two)
     s = llmtune.GoodputSearch(knobs, measure, search.share_budget(40), concurrency=64)
     assert s._admitting(0, ("4", "false", "guaranteed_no_evict", "1")) is None
     s.run(("4", "false", "guaranteed_no_evict", "1"))
@@ -231,23 +235,17 @@ def test_past_a_dip_the_sequences_that_admit_every_client():
 def test_when_neither_step_nor_admitting_pays_the_most_sequences():
     """Good settings at both ends of the sequences and none between (a large fixed cost per step, say): one step up
     from the served 4 sequences and the 16 that admit every client both read less than 4, and 32 sequences pay
-    most. The screen
-    measures the far end of the sequences when neither is ahead, and the walk goes on from there; when the step is
-    ahead, the far end is not measured in the screen."""
+    most. The screen measures the far end of the sequences when neither is ahead, and the walk goes on from there;
+    when the step is ahead, the far end is not measured in the screen."""
     one = {"2": 0.5, "4": 2.0, "8": 1.0, "16": 1.5, "32": 6.0}
     two = {"2": 1.0, "4": 1.0, "8": 0.5, "16": 0.5, "32": 0.5}
-    measure, knobs = _by_instances(one, two)
-    s = llmtune.GoodputSearch(knobs, measure, search.share_budget(40), concurrency=16)
-    s.run(("4", "false", "guaranteed_no_evict", "1"))
-    steps = [(t.why, t.values) for t in s.trials]
+    s, steps = _screened(one, two, concurrency=16)
     assert steps[1:4] == [("screen: one step", ("8", "false", "guaranteed_no_evict", "1")),
                           ("screen: every client admitted", ("16", "false", "guaranteed_no_evict", "1")),
                           ("screen: the most sequences", ("32", "false", "guaranteed_no_evict", "1"))], steps
     assert llmtune.choose(s, streaming.Slo(200, 20)) == ("32", "false", "guaranteed_no_evict", "1"), steps
-    s = llmtune.GoodputSearch(knobs, *_by_instances({**one, "8": 3.0}, two)[:1], search.share_budget(40),
-                              concurrency=16)
-    s.run(("4", "false", "guaranteed_no_evict", "1"))
-    assert "screen: the most sequences" not in [t.why for t in s.trials]
+    s, steps = _screened({**one, "8": 3.0}, two, concurrency=16)
+    assert "screen: the most sequences" not in [why for why, _ in steps], steps
 
 
 def _lucky(first: dict[str, float], then: dict[str, float]):

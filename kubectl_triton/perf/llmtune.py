@@ -316,8 +316,7 @@ class GoodputSearch:
             i = knob.values.index(start[axis])
             step = start[:axis] + (knob.values[i + 1 if i + 1 < len(knob.values) else i - 1],) + start[axis + 1:]
             admit = self._admitting(axis, start)
-            most = max(knob.values, key=float)
-            far = start[:axis] + (most,) + start[axis + 1:] if knob.name in SEQUENCES else None
+            far = start[:axis] + (max(knob.values, key=float),) + start[axis + 1:] if knob.name in SEQUENCES else None
             for cand, why in ((step, "screen: one step"), (admit, "screen: every client admitted"),
                               (far, "screen: the most sequences")):
                 if cand is None or cand == start:
